@@ -1,0 +1,42 @@
+# The two commands a newcomer needs: `make run` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP_RUN := $(VENV)/.installed-run
+STAMP_DEV := $(VENV)/.installed-dev
+
+.PHONY: run test lint typecheck bench-queue clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP_RUN): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(STAMP_DEV): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@ $(STAMP_RUN)
+
+## run: install, migrate ./var/submitqueue.db, serve on http://127.0.0.1:8000
+run: $(STAMP_RUN)
+	mkdir -p var
+	$(BIN)/submitqueue db upgrade
+	$(BIN)/submitqueue serve
+
+## test: lint, type-check, layer contracts, then the whole test suite
+test: $(STAMP_DEV)
+	$(BIN)/ruff check app tests bench alembic
+	$(BIN)/mypy app
+	$(BIN)/lint-imports
+	@# pytest exits 5 when it collected no test: that is a failure here, said plainly.
+	@$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests (exit 5)"; exit 1; fi; exit $$rc
+
+bench-queue: $(STAMP_DEV)
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python bench/queue_bench.py
+
+clean:
+	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,3 @@
+"""SubmitQueue: a speculative merge queue."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""FastAPI routers, request/response schemas, and the error -> HTTP mapping."""

@@ -1,0 +1,1 @@
+"""Pipeline controllers, one module per topic; ``pipeline.py`` wires them."""

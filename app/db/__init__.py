@@ -1,0 +1,1 @@
+"""Database layer: engines per dialect, tables, repositories, migrations helpers."""

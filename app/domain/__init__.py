@@ -1,0 +1,1 @@
+"""Pure domain types: ids, states, entities, change-URI grammar, the error tree."""

@@ -1,0 +1,1 @@
+"""Pluggable edges per merge queue: change providers, builds, merger, conflict analysis."""

@@ -1,0 +1,63 @@
+"""A durable, at-least-once message queue stored in SQL (SQLite or PostgreSQL).
+
+General purpose: nothing here knows about merge queues. See ``ARCHITECTURE.md`` §3
+and ``docs/queue.md`` for the semantics.
+"""
+
+from app.queue.backends import Backend, PostgresBackend, SqliteBackend, backend_for_url
+from app.queue.broker import Broker, Outgoing, now_ms
+from app.queue.classify import NonRetryable, Retryable, classify
+from app.queue.consumer import (
+    Consumer,
+    ConsumerService,
+    ConsumerSpec,
+    Controller,
+    Delivery,
+    LeaseExpired,
+)
+from app.queue.errors import (
+    InvalidPayload,
+    LeaseLost,
+    MessageNotFound,
+    NotDeadLettered,
+    PayloadTooLarge,
+    QueueError,
+    UnknownTopic,
+)
+from app.queue.records import ClaimedDelivery, GroupStats, PublishResult, StoredMessage, TopicStats
+from app.queue.topology import DLQ_SUFFIX, Backoff, TopicSpec, Topology
+
+__all__ = [
+    "DLQ_SUFFIX",
+    "Backend",
+    "Backoff",
+    "Broker",
+    "ClaimedDelivery",
+    "Consumer",
+    "ConsumerService",
+    "ConsumerSpec",
+    "Controller",
+    "Delivery",
+    "GroupStats",
+    "InvalidPayload",
+    "LeaseExpired",
+    "LeaseLost",
+    "MessageNotFound",
+    "NonRetryable",
+    "NotDeadLettered",
+    "Outgoing",
+    "PayloadTooLarge",
+    "PostgresBackend",
+    "PublishResult",
+    "QueueError",
+    "Retryable",
+    "SqliteBackend",
+    "StoredMessage",
+    "TopicSpec",
+    "TopicStats",
+    "Topology",
+    "UnknownTopic",
+    "backend_for_url",
+    "classify",
+    "now_ms",
+]

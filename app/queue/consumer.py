@@ -1,0 +1,330 @@
+"""The consumer framework: controllers see a ``Delivery`` and never settle it themselves.
+
+Outcome of ``await controller.process(delivery)``:
+
+| Result | What the framework does |
+|---|---|
+| returns, no hold | ack |
+| returns after ``delivery.hold(ms)`` | postpone ``ms`` without spending an |
+| (the last call wins) | attempt; the partition waits behind it |
+| raises, retryable, attempts left | retry after the topic's backoff; attempts |
+| (``classify`` decides) | are counted durably |
+| raises, not retryable, or | move to ``{topic}_dlq`` with the error and |
+| attempts exhausted | attempt count (parked if no DLQ) |
+| raises while holding | the error wins; the hold is discarded |
+
+A controller's exception never stops its consumer loop. While a handler runs its
+lease is extended automatically, so only a crashed or hung process lets the
+message come back (after the visibility timeout).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from app.queue.broker import Broker
+from app.queue.classify import classify
+from app.queue.errors import QueueError
+from app.queue.records import ClaimedDelivery, StoredMessage
+
+log = logging.getLogger("submitqueue.queue")
+
+
+class Delivery:
+    """What a controller sees of one delivered message."""
+
+    __slots__ = ("_broker", "_claimed", "_hold_ms", "_lease_ms")
+
+    def __init__(self, broker: Broker, claimed: ClaimedDelivery, lease_ms: int) -> None:
+        self._broker = broker
+        self._claimed = claimed
+        self._hold_ms: int | None = None
+        self._lease_ms = lease_ms
+
+    @property
+    def message(self) -> StoredMessage:
+        return self._claimed.message
+
+    @property
+    def payload(self) -> Any:
+        return self._claimed.message.payload
+
+    @property
+    def message_id(self) -> str:
+        return self._claimed.message.message_id
+
+    @property
+    def topic(self) -> str:
+        return self._claimed.message.topic
+
+    @property
+    def partition_key(self) -> str:
+        return self._claimed.message.partition_key
+
+    @property
+    def metadata(self) -> Mapping[str, Any]:
+        return self._claimed.message.metadata
+
+    @property
+    def attempt(self) -> int:
+        """1 on first delivery; holds do not count, retries and lost leases do."""
+        return self._claimed.attempt
+
+    @property
+    def consumer_group(self) -> str:
+        return self._claimed.consumer_group
+
+    @property
+    def held_ms(self) -> int | None:
+        return self._hold_ms
+
+    def hold(self, ms: int) -> None:
+        """Ask to see this message again in ``ms`` without spending an attempt."""
+        self._hold_ms = max(int(ms), 0)
+
+    async def extend(self, ms: int | None = None) -> None:
+        """Extend the lease (the framework also does this on its own while you run)."""
+        ok = await self._broker.extend(self._claimed, lease_ms=ms or self._lease_ms)
+        if not ok:
+            raise LeaseExpired(f"lease of message {self.message_id!r} was lost")
+
+
+class LeaseExpired(QueueError):
+    retryable = True
+
+
+class Controller(Protocol):
+    async def process(self, delivery: Delivery) -> None: ...
+
+
+@dataclass
+class ConsumerSpec:
+    topic: str
+    group: str
+    controller: Controller
+    concurrency: int = 8
+
+
+@dataclass
+class ConsumerCounters:
+    """Outcome counts since start, for tests and metrics."""
+
+    acked: int = 0
+    held: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+    lease_lost: int = 0
+    errors: int = 0
+    by_outcome: dict[str, int] = field(default_factory=dict)
+
+
+def describe_error(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class Consumer:
+    """One loop per (group, topic): claims what it can run and runs it."""
+
+    def __init__(self, broker: Broker, spec: ConsumerSpec, *, poll_interval_ms: int = 500) -> None:
+        self.broker = broker
+        self.spec = spec
+        self.topic_spec = broker.topology.spec(spec.topic)
+        self.poll_interval_ms = poll_interval_ms
+        self.counters = ConsumerCounters()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._loop_task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._wake = broker.waker(spec.topic)
+
+    @property
+    def name(self) -> str:
+        return f"{self.spec.group}/{self.spec.topic}"
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._tasks)
+
+    def start(self) -> None:
+        if self._loop_task is None:
+            self._stopping = False
+            self._loop_task = asyncio.create_task(self._run(), name=f"consumer:{self.name}")
+
+    async def stop(self, grace_ms: int = 10_000) -> None:
+        """Stop claiming; let running handlers finish within ``grace_ms``, release the rest."""
+        self._stopping = True
+        self._wake.set()
+        if self._loop_task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loop_task
+            self._loop_task = None
+        if self._tasks:
+            _, pending = await asyncio.wait(set(self._tasks), timeout=grace_ms / 1000)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending)
+        self.broker.drop_waker(self.spec.topic, self._wake)
+
+    async def _run(self) -> None:
+        failures = 0
+        while not self._stopping:
+            self._wake.clear()
+            free = self.spec.concurrency - len(self._tasks)
+            claimed: list[ClaimedDelivery] = []
+            if free > 0:
+                try:
+                    claimed = await self.broker.claim(self.spec.group, self.spec.topic, free)
+                    failures = 0
+                except Exception:
+                    failures += 1
+                    log.exception("claim failed", extra={"consumer": self.name})
+                    await asyncio.sleep(min(5.0, 0.05 * 2 ** min(failures, 7)))
+                    continue
+                for cd in claimed:
+                    task = asyncio.create_task(self._handle(cd))
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
+            # Full: wait for a handler to finish. Otherwise nothing more is claimable
+            # now: wait for a publish, a settle, or the next held/retrying message.
+            await self._idle(full=len(claimed) >= free)
+
+    async def _idle(self, *, full: bool) -> None:
+        timeout = self.poll_interval_ms / 1000
+        if not full:
+            try:
+                due = await self.broker.next_due(self.spec.group, self.spec.topic)
+            except Exception:
+                due = None
+            if due is not None:
+                timeout = max(0.0, min(timeout, (due - self.broker.clock()) / 1000))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout=timeout)
+
+    async def _extend_forever(self, cd: ClaimedDelivery) -> None:
+        lease = self.topic_spec.visibility_timeout_ms
+        while True:
+            await asyncio.sleep(lease / 3000)
+            try:
+                if not await self.broker.extend(cd, lease_ms=lease):
+                    return
+            except Exception:
+                log.warning("lease extension failed", extra={"consumer": self.name})
+
+    async def _handle(self, cd: ClaimedDelivery) -> None:
+        delivery = Delivery(self.broker, cd, self.topic_spec.visibility_timeout_ms)
+        extender = asyncio.create_task(self._extend_forever(cd))
+        outcome = "error"
+        try:
+            try:
+                await self.spec.controller.process(delivery)
+            except asyncio.CancelledError:
+                outcome = "released"
+                await asyncio.shield(self._settle(self.broker.release(cd)))
+                raise
+            except Exception as exc:
+                outcome = await self._failed(cd, exc)
+            else:
+                if delivery.held_ms is not None:
+                    outcome = "held"
+                    ok = await self._settle(self.broker.hold(cd, delay_ms=delivery.held_ms))
+                else:
+                    outcome = "acked"
+                    ok = await self._settle(self.broker.ack(cd))
+                if ok is False:
+                    outcome = "lease_lost"
+        finally:
+            extender.cancel()
+            self._count(outcome)
+            self._wake.set()  # a settled message may unblock its partition
+
+    async def _failed(self, cd: ClaimedDelivery, exc: Exception) -> str:
+        retryable = self.topic_spec.always_retry or classify(exc)
+        error = describe_error(exc)
+        if retryable and cd.attempt < self.topic_spec.max_attempts:
+            delay = self.topic_spec.backoff.delay_ms(cd.attempt)
+            log.info(
+                "handler failed; will retry",
+                extra={"consumer": self.name, "message_id": cd.message.message_id,
+                       "attempt": cd.attempt, "error": error},
+            )
+            ok = await self._settle(self.broker.retry(cd, delay_ms=delay, error=error))
+            return "retried" if ok is not False else "lease_lost"
+        log.warning(
+            "handler failed; dead-lettering",
+            extra={"consumer": self.name, "message_id": cd.message.message_id,
+                   "attempt": cd.attempt, "error": error, "retryable": retryable},
+        )
+        detail = {
+            "retryable": retryable,
+            "exception_type": f"{type(exc).__module__}.{type(exc).__qualname__}",
+            "reason": "attempts-exhausted" if retryable else "not-retryable",
+        }
+        subjects = getattr(exc, "subjects", None)
+        if subjects:
+            detail["subjects"] = subjects
+        ok = await self._settle(self.broker.dead_letter(cd, error=error, detail=detail))
+        return "dead_lettered" if ok is not False else "lease_lost"
+
+    async def _settle(self, coro: Any) -> bool | None:
+        """Run a settle operation; on a database failure the lease will lapse instead."""
+        try:
+            return bool(await coro)
+        except Exception:
+            log.exception("could not settle a delivery; it will be redelivered",
+                          extra={"consumer": self.name})
+            return None
+
+    def _count(self, outcome: str) -> None:
+        c = self.counters
+        c.by_outcome[outcome] = c.by_outcome.get(outcome, 0) + 1
+        if hasattr(c, outcome) and isinstance(getattr(c, outcome), int):
+            setattr(c, outcome, getattr(c, outcome) + 1)
+
+
+class ConsumerService:
+    """Runs a set of consumers plus periodic garbage collection, as one lifespan service."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        specs: list[ConsumerSpec],
+        *,
+        poll_interval_ms: int = 500,
+        shutdown_grace_ms: int = 10_000,
+        retention_ms: int | None = None,
+        gc_interval_ms: int = 60_000,
+    ) -> None:
+        self.broker = broker
+        self.consumers = [Consumer(broker, s, poll_interval_ms=poll_interval_ms) for s in specs]
+        self.shutdown_grace_ms = shutdown_grace_ms
+        self.retention_ms = retention_ms
+        self.gc_interval_ms = gc_interval_ms
+        self._gc_task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        for consumer in self.consumers:
+            consumer.start()
+        if self.retention_ms is not None:
+            self._gc_task = asyncio.create_task(self._gc_forever())
+
+    async def _gc_forever(self) -> None:
+        assert self.retention_ms is not None
+        while True:
+            await asyncio.sleep(self.gc_interval_ms / 1000)
+            try:
+                await self.broker.collect_garbage(self.retention_ms)
+            except Exception:
+                log.exception("garbage collection failed")
+
+    async def stop(self) -> None:
+        if self._gc_task is not None:
+            self._gc_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._gc_task
+        await asyncio.gather(*(c.stop(self.shutdown_grace_ms) for c in self.consumers))

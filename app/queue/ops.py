@@ -1,0 +1,472 @@
+"""The queue's operations as sans-I/O generators over SQL statements.
+
+Each operation yields ``Stmt`` objects and receives the rows (a list of dicts)
+back; a backend drives it inside one transaction. Both backends run the very same
+operations, so SQLite and PostgreSQL behave alike by construction.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from app.queue.dialect import Dialect, Stmt
+from app.queue.errors import MessageNotFound, NotDeadLettered
+from app.queue.records import ClaimedDelivery, StoredMessage
+
+T = TypeVar("T")
+Rows = list[dict[str, Any]]
+Op = Generator[Stmt, Rows, T]
+
+_MESSAGE_COLUMNS = (
+    "m.seq, m.topic, m.partition_key, m.message_id, m.source_group, m.payload, m.metadata, "
+    "m.published_at_ms, m.settled_at_ms, m.parked, m.original_topic, m.failed_at_ms, "
+    "m.failure_count, m.last_error, m.failure_detail"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class NewMessage:
+    topic: str
+    partition_key: str
+    message_id: str
+    payload_json: str
+    metadata_json: str
+    source_group: str = ""
+    original_topic: str | None = None
+    failure_count: int | None = None
+    last_error: str | None = None
+    failure_detail_json: str | None = None
+    failed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Publication:
+    message: NewMessage
+    groups: Sequence[str]
+    park_if_unread: bool = False
+
+
+def insert_messages(d: Dialect, items: Sequence[Publication], *, now: int) -> Op[list[int | None]]:
+    """Store messages in order, in one transaction; ``None`` marks a duplicate.
+
+    On PostgreSQL every partition touched is locked first, in sorted order (so two
+    batches cannot deadlock), which makes ids commit in order within a partition.
+    """
+    for topic, pk in sorted({(i.message.topic, i.message.partition_key) for i in items}):
+        lock = d.lock_partition(topic, pk)
+        if lock is not None:
+            yield lock
+    seqs: list[int | None] = []
+    for item in items:
+        seqs.append((yield from _insert_one(d, item, now=now)))
+    for topic in sorted({i.message.topic for i in items if i.groups}):
+        notify = d.notify(topic)
+        if notify is not None:
+            yield notify
+    return seqs
+
+
+def insert_message(
+    d: Dialect, msg: NewMessage, *, groups: Sequence[str], now: int, park_if_unread: bool
+) -> Op[int | None]:
+    """Store one message once and create a delivery for each group (see insert_messages)."""
+    seqs = yield from insert_messages(d, [Publication(msg, groups, park_if_unread)], now=now)
+    return seqs[0]
+
+
+def _insert_one(d: Dialect, item: Publication, *, now: int) -> Op[int | None]:
+    msg, groups = item.message, item.groups
+    parked = 1 if (item.park_if_unread and not groups) else 0
+    settled = now if (not groups and not parked) else None
+    rows = yield Stmt(
+        """INSERT INTO queue_messages
+             (topic, partition_key, message_id, source_group, payload, metadata,
+              published_at_ms, settled_at_ms, parked, original_topic, failed_at_ms,
+              failure_count, last_error, failure_detail)
+           VALUES (:topic, :pk, :mid, :sg, :payload, :md, :now, :settled, :parked, :orig,
+                   :failed_at, :fcount, :lerr, :fdetail)
+           ON CONFLICT (topic, partition_key, message_id, source_group) DO NOTHING
+           RETURNING seq""",
+        {
+            "topic": msg.topic,
+            "pk": msg.partition_key,
+            "mid": msg.message_id,
+            "sg": msg.source_group,
+            "payload": msg.payload_json,
+            "md": msg.metadata_json,
+            "now": now,
+            "settled": settled,
+            "parked": parked,
+            "orig": msg.original_topic,
+            "failed_at": now if msg.failed else None,
+            "fcount": msg.failure_count,
+            "lerr": msg.last_error,
+            "fdetail": msg.failure_detail_json,
+        },
+    )
+    if not rows:
+        return None
+    seq = int(rows[0]["seq"])
+    for group in groups:
+        yield from insert_delivery(d, group=group, topic=msg.topic, pk=msg.partition_key,
+                                   seq=seq, now=now)
+    return seq
+
+
+def insert_delivery(d: Dialect, *, group: str, topic: str, pk: str, seq: int, now: int) -> Op[None]:
+    yield Stmt(
+        """INSERT INTO queue_deliveries
+             (consumer_group, topic, partition_key, message_seq, available_at_ms, attempts,
+              held, created_at_ms)
+           VALUES (:g, :t, :pk, :seq, :now, 0, 0, :now)
+           ON CONFLICT (consumer_group, message_seq) DO NOTHING""",
+        {"g": group, "t": topic, "pk": pk, "seq": seq, "now": now},
+    )
+
+
+def claim(
+    d: Dialect,
+    *,
+    group: str,
+    topic: str,
+    serial: bool,
+    limit: int,
+    now: int,
+    lease_until: int,
+    token: str,
+    consumer: str,
+) -> Op[list[ClaimedDelivery]]:
+    """Lease up to ``limit`` deliveries; attempts are counted durably at claim time."""
+    updated = yield Stmt(
+        f"""UPDATE queue_deliveries
+            SET available_at_ms = :lease_until, lease_token = :token, leased_by = :consumer,
+                attempts = attempts + 1
+            WHERE id IN ({d.claim_candidates(serial)}) AND available_at_ms <= :now
+            RETURNING id""",
+        {"g": group, "t": topic, "now": now, "n": limit, "lease_until": lease_until,
+         "token": token, "consumer": consumer},
+    )
+    if not updated:
+        return []
+    rows = yield Stmt(
+        f"""SELECT d.id AS delivery_id, d.attempts, {_MESSAGE_COLUMNS}
+            FROM queue_deliveries d JOIN queue_messages m ON m.seq = d.message_seq
+            WHERE d.consumer_group = :g AND d.topic = :t AND d.available_at_ms = :lease_until
+              AND d.lease_token = :token
+            ORDER BY d.id""",
+        {"g": group, "t": topic, "lease_until": lease_until, "token": token},
+    )
+    return [
+        ClaimedDelivery(
+            delivery_id=int(r["delivery_id"]),
+            consumer_group=group,
+            lease_token=token,
+            lease_until_ms=lease_until,
+            attempt=int(r["attempts"]),
+            message=StoredMessage.from_row(r),
+        )
+        for r in rows
+    ]
+
+
+def _owned(delivery_id: int, token: str) -> dict[str, Any]:
+    return {"id": delivery_id, "token": token}
+
+
+def settle_message(seq: int, now: int) -> Stmt:
+    """Mark a message settled once no delivery of it is left (parked ones stay)."""
+    return Stmt(
+        """UPDATE queue_messages SET settled_at_ms = :now
+           WHERE seq = :seq AND parked = 0 AND settled_at_ms IS NULL
+             AND NOT EXISTS (SELECT 1 FROM queue_deliveries WHERE message_seq = :seq)""",
+        {"seq": seq, "now": now},
+    )
+
+
+def ack(delivery_id: int, token: str, now: int) -> Op[bool]:
+    rows = yield Stmt(
+        """DELETE FROM queue_deliveries WHERE id = :id AND lease_token = :token
+           RETURNING message_seq""",
+        _owned(delivery_id, token),
+    )
+    if not rows:
+        return False
+    yield settle_message(int(rows[0]["message_seq"]), now)
+    return True
+
+
+def retry(delivery_id: int, token: str, *, at: int, error: str) -> Op[bool]:
+    rows = yield Stmt(
+        """UPDATE queue_deliveries
+           SET available_at_ms = :at, lease_token = NULL, leased_by = NULL, held = 0,
+               last_error = :err
+           WHERE id = :id AND lease_token = :token RETURNING id""",
+        {**_owned(delivery_id, token), "at": at, "err": error},
+    )
+    return bool(rows)
+
+
+def hold(delivery_id: int, token: str, *, at: int) -> Op[bool]:
+    """Postpone without spending an attempt; the partition waits behind it."""
+    rows = yield Stmt(
+        """UPDATE queue_deliveries
+           SET available_at_ms = :at, lease_token = NULL, leased_by = NULL, held = 1,
+               attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END
+           WHERE id = :id AND lease_token = :token RETURNING id""",
+        {**_owned(delivery_id, token), "at": at},
+    )
+    return bool(rows)
+
+
+def release(delivery_id: int, token: str, *, now: int) -> Op[bool]:
+    """Give a delivery back unprocessed (shutdown): visible now, attempt not spent."""
+    rows = yield Stmt(
+        """UPDATE queue_deliveries
+           SET available_at_ms = :now, lease_token = NULL, leased_by = NULL,
+               attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END
+           WHERE id = :id AND lease_token = :token RETURNING id""",
+        {**_owned(delivery_id, token), "now": now},
+    )
+    return bool(rows)
+
+
+def extend(delivery_id: int, token: str, *, until: int) -> Op[bool]:
+    rows = yield Stmt(
+        """UPDATE queue_deliveries SET available_at_ms = :until
+           WHERE id = :id AND lease_token = :token RETURNING id""",
+        {**_owned(delivery_id, token), "until": until},
+    )
+    return bool(rows)
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterTarget:
+    """Where a failed delivery goes: the DLQ topic and its groups, or parked in place."""
+
+    dlq_topic: str | None
+    dlq_groups: Sequence[str]
+
+
+def dead_letter(
+    d: Dialect,
+    delivery_id: int,
+    token: str | None,
+    *,
+    target: DeadLetterTarget,
+    error: str,
+    detail: dict[str, Any],
+    now: int,
+) -> Op[bool]:
+    """Move a delivery's message to ``{topic}_dlq`` atomically, or park it.
+
+    Parking (topics without a DLQ, such as DLQ topics themselves) keeps the message
+    unsettled with the failure recorded, so it is never collected until an operator
+    requeues or discards it: a message is never in zero places.
+    """
+    owner = "AND d.lease_token = :token" if token is not None else ""
+    rows = yield Stmt(
+        f"""SELECT d.id AS delivery_id, d.consumer_group, d.attempts, {_MESSAGE_COLUMNS}
+            FROM queue_deliveries d JOIN queue_messages m ON m.seq = d.message_seq
+            WHERE d.id = :id {owner}""",
+        {"id": delivery_id, "token": token},
+    )
+    if not rows:
+        return False
+    row = rows[0]
+    group = str(row["consumer_group"])
+    detail_json = json.dumps({**detail, "consumer_group": group}, default=str)
+    if target.dlq_topic is not None:
+        yield from insert_message(
+            d,
+            NewMessage(
+                topic=target.dlq_topic,
+                partition_key=row["partition_key"],
+                message_id=row["message_id"],
+                payload_json=row["payload"],
+                metadata_json=row["metadata"],
+                source_group=group,
+                original_topic=row["topic"],
+                failure_count=int(row["attempts"]),
+                last_error=error,
+                failure_detail_json=detail_json,
+                failed=True,
+            ),
+            groups=target.dlq_groups,
+            now=now,
+            park_if_unread=True,
+        )
+    else:
+        yield Stmt(
+            """UPDATE queue_messages
+               SET parked = 1, settled_at_ms = NULL, failed_at_ms = :now,
+                   failure_count = :fcount, last_error = :err, failure_detail = :detail
+               WHERE seq = :seq""",
+            {"now": now, "fcount": int(row["attempts"]), "err": error, "detail": detail_json,
+             "seq": int(row["seq"])},
+        )
+    yield Stmt("DELETE FROM queue_deliveries WHERE id = :id", {"id": delivery_id})
+    yield settle_message(int(row["seq"]), now)
+    return True
+
+
+def get_message(seq: int) -> Op[StoredMessage | None]:
+    rows = yield Stmt(f"SELECT {_MESSAGE_COLUMNS} FROM queue_messages m WHERE m.seq = :seq",
+                      {"seq": seq})
+    return StoredMessage.from_row(rows[0]) if rows else None
+
+
+def find_message(topic: str, message_id: str) -> Op[list[StoredMessage]]:
+    rows = yield Stmt(
+        f"""SELECT {_MESSAGE_COLUMNS} FROM queue_messages m
+            WHERE m.topic = :t AND m.message_id = :mid ORDER BY m.seq""",
+        {"t": topic, "mid": message_id},
+    )
+    return [StoredMessage.from_row(r) for r in rows]
+
+
+def list_messages(
+    topic: str, *, unsettled_only: bool, before_seq: int | None, limit: int
+) -> Op[list[StoredMessage]]:
+    cond = "AND m.settled_at_ms IS NULL" if unsettled_only else ""
+    rows = yield Stmt(
+        f"""SELECT {_MESSAGE_COLUMNS} FROM queue_messages m
+            WHERE m.topic = :t AND m.seq < :before {cond}
+            ORDER BY m.seq DESC LIMIT :n""",
+        {"t": topic, "before": before_seq if before_seq is not None else 2**62, "n": limit},
+    )
+    return [StoredMessage.from_row(r) for r in rows]
+
+
+def requeue(
+    d: Dialect, seq: int, *, topic: str, now: int
+) -> Op[StoredMessage]:
+    """Give a dead-lettered or parked message another attempt, keeping its message id.
+
+    A DLQ message goes back to its original topic for the group that failed it (the
+    original row is re-used, or restored if it was collected) and leaves the DLQ. A
+    parked message gets a fresh delivery for the group that parked it.
+    """
+    rows = yield Stmt(
+        f"SELECT {_MESSAGE_COLUMNS} FROM queue_messages m WHERE m.seq = :seq AND m.topic = :t",
+        {"seq": seq, "t": topic},
+    )
+    if not rows:
+        raise MessageNotFound(f"no message {seq} in topic {topic!r}")
+    msg = StoredMessage.from_row(rows[0])
+    if msg.original_topic is None and not msg.parked:
+        raise NotDeadLettered(f"message {seq} in {topic!r} is neither dead-lettered nor parked")
+    group = (msg.failure_detail or {}).get("consumer_group") or msg.source_group
+    if msg.original_topic is not None:
+        target_topic = msg.original_topic
+        lock = d.lock_partition(target_topic, msg.partition_key)
+        if lock is not None:
+            yield lock
+        restored = yield Stmt(
+            """INSERT INTO queue_messages
+                 (topic, partition_key, message_id, source_group, payload, metadata,
+                  published_at_ms, settled_at_ms, parked)
+               VALUES (:t, :pk, :mid, '', :payload, :md, :now, NULL, 0)
+               ON CONFLICT (topic, partition_key, message_id, source_group)
+               DO UPDATE SET settled_at_ms = NULL, parked = 0
+               RETURNING seq""",
+            {"t": target_topic, "pk": msg.partition_key, "mid": msg.message_id,
+             "payload": msg.payload_json, "md": json.dumps(msg.metadata), "now": now},
+        )
+        target_seq = int(restored[0]["seq"])
+        yield Stmt("DELETE FROM queue_messages WHERE seq = :seq", {"seq": seq})
+    else:
+        target_topic, target_seq = msg.topic, msg.seq
+        lock = d.lock_partition(target_topic, msg.partition_key)
+        if lock is not None:
+            yield lock
+        yield Stmt(
+            """UPDATE queue_messages
+               SET parked = 0, settled_at_ms = NULL, failed_at_ms = NULL, failure_count = NULL,
+                   last_error = NULL, failure_detail = NULL
+               WHERE seq = :seq""",
+            {"seq": seq},
+        )
+    yield from insert_delivery(d, group=str(group), topic=target_topic, pk=msg.partition_key,
+                               seq=target_seq, now=now)
+    notify = d.notify(target_topic)
+    if notify is not None:
+        yield notify
+    return msg
+
+
+def discard(seq: int, *, topic: str) -> Op[StoredMessage | None]:
+    """Delete a message and every pending delivery of it."""
+    rows = yield Stmt(
+        f"SELECT {_MESSAGE_COLUMNS} FROM queue_messages m WHERE m.seq = :seq AND m.topic = :t",
+        {"seq": seq, "t": topic},
+    )
+    if not rows:
+        return None
+    yield Stmt("DELETE FROM queue_deliveries WHERE message_seq = :seq", {"seq": seq})
+    yield Stmt("DELETE FROM queue_messages WHERE seq = :seq", {"seq": seq})
+    return StoredMessage.from_row(rows[0])
+
+
+def pause(group: str, topic: str, partition_key: str, *, now: int, reason: str) -> Op[None]:
+    yield Stmt(
+        """INSERT INTO queue_pauses (consumer_group, topic, partition_key, paused_at_ms, reason)
+           VALUES (:g, :t, :pk, :now, :reason)
+           ON CONFLICT (consumer_group, topic, partition_key) DO NOTHING""",
+        {"g": group, "t": topic, "pk": partition_key, "now": now, "reason": reason},
+    )
+
+
+def resume(group: str, topic: str, partition_key: str) -> Op[bool]:
+    rows = yield Stmt(
+        """DELETE FROM queue_pauses WHERE consumer_group = :g AND topic = :t
+           AND partition_key = :pk RETURNING topic""",
+        {"g": group, "t": topic, "pk": partition_key},
+    )
+    return bool(rows)
+
+
+def collect_garbage(*, cutoff: int, batch: int = 5000) -> Op[int]:
+    """Delete settled messages older than the cutoff (their ids may then be re-used)."""
+    rows = yield Stmt(
+        """DELETE FROM queue_messages WHERE seq IN (
+             SELECT seq FROM queue_messages
+             WHERE settled_at_ms IS NOT NULL AND settled_at_ms < :cutoff LIMIT :n)
+           RETURNING seq""",
+        {"cutoff": cutoff, "n": batch},
+    )
+    return len(rows)
+
+
+def next_due(group: str, topic: str, *, now: int) -> Op[int | None]:
+    """When the next not-yet-available delivery of a consumer becomes available."""
+    rows = yield Stmt(
+        """SELECT MIN(available_at_ms) AS due FROM queue_deliveries
+           WHERE consumer_group = :g AND topic = :t AND available_at_ms > :now""",
+        {"g": group, "t": topic, "now": now},
+    )
+    due = rows[0]["due"] if rows else None
+    return int(due) if due is not None else None
+
+
+def raw_stats(now: int) -> Op[tuple[Rows, Rows, Rows]]:
+    deliveries = yield Stmt(
+        """SELECT topic, consumer_group, COUNT(*) AS depth,
+             SUM(CASE WHEN lease_token IS NOT NULL AND available_at_ms > :now
+                 THEN 1 ELSE 0 END) AS in_flight,
+             SUM(CASE WHEN held = 1 AND lease_token IS NULL THEN 1 ELSE 0 END) AS held,
+             SUM(CASE WHEN held = 0 AND lease_token IS NULL AND available_at_ms > :now
+                 THEN 1 ELSE 0 END) AS retrying,
+             MIN(created_at_ms) AS oldest
+           FROM queue_deliveries GROUP BY topic, consumer_group""",
+        {"now": now},
+    )
+    unsettled = yield Stmt(
+        """SELECT topic, COUNT(*) AS unsettled, SUM(parked) AS parked
+           FROM queue_messages WHERE settled_at_ms IS NULL GROUP BY topic""",
+        {},
+    )
+    pauses = yield Stmt("SELECT consumer_group, topic, partition_key FROM queue_pauses", {})
+    return deliveries, unsettled, pauses

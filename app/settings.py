@@ -1,0 +1,60 @@
+"""Settings, read from the environment (prefix ``SQ_``) and an optional ``.env`` file.
+
+Every setting is listed with its default in ``.env.example``; keep the two in step.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./var/submitqueue.db"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="SQ_", env_file=".env", env_file_encoding="utf-8", extra="ignore"
+    )
+
+    # Server
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=1, le=65535)
+    role: Literal["all", "gateway", "worker"] = "all"
+
+    # Database
+    database_url: str = DEFAULT_DATABASE_URL
+    queue_database_url: str | None = Field(
+        default=None, description="Separate database for the message queue; default: database_url"
+    )
+    auto_migrate: bool = True
+
+    # Merge queues
+    queues_file: Path = Path("./queues.yaml")
+
+    # Logging
+    log_level: str = "INFO"
+    queue_log_level: str = "WARNING"
+
+    # Durable queue
+    queue_poll_interval_ms: int = Field(default=500, ge=10)
+    queue_visibility_timeout_ms: int = Field(default=60_000, ge=100)
+    queue_max_payload_bytes: int = Field(default=1_048_576, ge=1024)
+    queue_retention_ms: int = Field(default=7 * 24 * 3600 * 1000, ge=0)
+    queue_gc_interval_ms: int = Field(default=60_000, ge=1000)
+    queue_shutdown_grace_ms: int = Field(default=10_000, ge=0)
+
+    # Admin API
+    admin_token: str | None = None
+
+    @property
+    def effective_queue_database_url(self) -> str:
+        return self.queue_database_url or self.database_url
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,1 @@
+"""Pure speculation planning over snapshots: no I/O."""
