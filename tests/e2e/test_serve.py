@@ -1,0 +1,93 @@
+"""The real server as a user runs it: `submitqueue serve`, health checks, Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import BACKENDS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_healthy(base: str, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"server exited early with {proc.returncode}")
+        try:
+            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError("server did not become healthy")
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+def test_serve_answers_health_checks_and_stops_cleanly_on_ctrl_c(
+    database_url: str, tmp_path: Path
+) -> None:
+    port = free_port()
+    env = {
+        **os.environ,
+        "SQ_DATABASE_URL": database_url,
+        "SQ_PORT": str(port),
+        "SQ_QUEUES_FILE": str(tmp_path / "queues.yaml"),
+    }
+    log_path = tmp_path / "server.log"
+    log_file = log_path.open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "serve"],
+        cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(base, proc)
+        assert httpx.get(f"{base}/healthz").json() == {"status": "ok"}
+        ready = httpx.get(f"{base}/readyz")
+        assert ready.status_code == 200
+        body = ready.json()
+        assert body["ready"] is True
+        assert body["checks"]["migrations"]["current"] == body["checks"]["migrations"]["head"]
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 0
+        assert "Application shutdown complete" in log_path.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        log_file.close()
+
+
+def test_default_database_is_a_new_sqlite_file_under_var(tmp_path: Path) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SQ_")}
+    env.update({"SQ_PORT": str(port), "PYTHONPATH": str(ROOT)})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "serve"],
+        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", proc)
+        assert (tmp_path / "var" / "submitqueue.db").is_file()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
