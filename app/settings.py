@@ -41,7 +41,6 @@ class Settings(BaseSettings):
 
     # Durable queue
     queue_poll_interval_ms: int = Field(default=500, ge=10)
-    queue_visibility_timeout_ms: int = Field(default=60_000, ge=100)
     queue_max_payload_bytes: int = Field(default=1_048_576, ge=1024)
     queue_retention_ms: int = Field(default=7 * 24 * 3600 * 1000, ge=0)
     queue_gc_interval_ms: int = Field(default=60_000, ge=1000)
