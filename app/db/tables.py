@@ -1,10 +1,174 @@
-"""Application tables (SQLModel). The queue's tables live in ``app/queue/schema.py``.
+"""Application tables. The queue's tables live in ``app/queue/schema.py``; both
+metadata objects are handed to Alembic (``alembic/env.py``).
 
-Both metadata objects are handed to Alembic (``alembic/env.py``).
+Ownership (enforced by which repository module may touch a table):
+- orchestrator: ``counters`` (domain ``batch``), ``requests``, ``changes``, ``batches``,
+  ``request_batches``, ``path_sets``, ``builds``, ``path_builds``;
+- gateway: ``counters`` (domain ``request``), ``request_summaries``, ``request_log``,
+  ``change_uri_requests``.
+
+JSON columns are stored as text (``*_json``) so both dialects read them alike.
+Every versioned row starts at version 1 and is written with ``WHERE version = old``.
 """
 
 from __future__ import annotations
 
+import sqlalchemy as sa
 from sqlmodel import SQLModel
 
 metadata = SQLModel.metadata
+metadata.naming_convention = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+Q = 100  # queue name length
+ID = 200  # request / batch / build / path ids
+URI = 1024
+_BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+
+def _ts() -> list[sa.Column[int]]:
+    return [
+        sa.Column("created_at_ms", sa.BigInteger, nullable=False),
+        sa.Column("updated_at_ms", sa.BigInteger, nullable=False),
+    ]
+
+
+counters = sa.Table(
+    "counters",
+    metadata,
+    sa.Column("queue", sa.String(Q), primary_key=True),
+    sa.Column("domain", sa.String(50), primary_key=True),
+    sa.Column("value", sa.BigInteger, nullable=False),
+)
+
+requests = sa.Table(
+    "requests",
+    metadata,
+    sa.Column("queue", sa.String(Q), primary_key=True),
+    sa.Column("id", sa.String(ID), primary_key=True),
+    sa.Column("change_uris_json", sa.Text, nullable=False),
+    sa.Column("strategy", sa.String(30), nullable=False),
+    sa.Column("state", sa.String(30), nullable=False),
+    sa.Column("version", sa.Integer, nullable=False),
+    sa.Column("last_error", sa.Text, nullable=False, server_default=""),
+    *_ts(),
+)
+
+changes = sa.Table(
+    "changes",
+    metadata,
+    sa.Column("queue", sa.String(Q), primary_key=True),
+    sa.Column("uri", sa.String(URI), primary_key=True),
+    sa.Column("request_id", sa.String(ID), primary_key=True),
+    sa.Column("details_json", sa.Text, nullable=False),
+    sa.Column("created_at_ms", sa.BigInteger, nullable=False),
+    sa.Index("ix_changes_request", "queue", "request_id"),
+)
+
+batches = sa.Table(
+    "batches",
+    metadata,
+    sa.Column("queue", sa.String(Q), primary_key=True),
+    sa.Column("id", sa.String(ID), primary_key=True),
+    sa.Column("contains_json", sa.Text, nullable=False),
+    sa.Column("dependencies_json", sa.Text, nullable=False),
+    sa.Column("state", sa.String(30), nullable=False),
+    sa.Column("version", sa.Integer, nullable=False),
+    sa.Column("failure_reason", sa.Text, nullable=False, server_default=""),
+    *_ts(),
+    sa.Index("ix_batches_state", "queue", "state"),
+)
+
+request_batches = sa.Table(
+    "request_batches",
+    metadata,
+    sa.Column("queue", sa.String(Q), primary_key=True),
+    sa.Column("request_id", sa.String(ID), primary_key=True),
+    sa.Column("batch_id", sa.String(ID), primary_key=True),
+    sa.Index("ix_request_batches_batch", "queue", "batch_id"),
+)
+
+path_sets = sa.Table(
+    "path_sets",
+    metadata,
+    sa.Column("queue", sa.String(Q), primary_key=True),
+    sa.Column("head", sa.String(ID), primary_key=True),
+    sa.Column("entries_json", sa.Text, nullable=False),
+    sa.Column("version", sa.Integer, nullable=False),
+)
+
+builds = sa.Table(
+    "builds",
+    metadata,
+    sa.Column("queue", sa.String(Q), primary_key=True),
+    sa.Column("id", sa.String(ID), primary_key=True),
+    sa.Column("batch_id", sa.String(ID), nullable=False),
+    sa.Column("path_id", sa.String(64), nullable=False),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("status", sa.String(30), nullable=False),
+    sa.Column("version", sa.Integer, nullable=False),
+    sa.Column("log_url", sa.Text, nullable=False, server_default=""),
+    *_ts(),
+    sa.Index("ix_builds_batch", "queue", "batch_id"),
+)
+
+path_builds = sa.Table(
+    "path_builds",
+    metadata,
+    sa.Column("queue", sa.String(Q), primary_key=True),
+    sa.Column("path_id", sa.String(64), primary_key=True),
+    sa.Column("attempt", sa.Integer, primary_key=True),
+    sa.Column("build_id", sa.String(ID), nullable=False),
+)
+
+# --- gateway-owned -------------------------------------------------------------
+
+request_summaries = sa.Table(
+    "request_summaries",
+    metadata,
+    sa.Column("queue", sa.String(Q), primary_key=True),
+    sa.Column("request_id", sa.String(ID), primary_key=True),
+    sa.Column("change_uris_json", sa.Text, nullable=False),
+    sa.Column("received_at_ms", sa.BigInteger, nullable=False),
+    sa.Column("status", sa.String(30), nullable=False),
+    sa.Column("request_version", sa.Integer, nullable=False),
+    sa.Column("status_timestamp_ms", sa.BigInteger, nullable=False),
+    sa.Column("version", sa.Integer, nullable=False),
+    sa.Column("last_error", sa.Text, nullable=False, server_default=""),
+    sa.Column("metadata_json", sa.Text, nullable=False, server_default="{}"),
+    sa.Index("ix_request_summaries_received", "queue", "received_at_ms", "request_id"),
+    sa.Index("ix_request_summaries_status", "queue", "status", "received_at_ms", "request_id"),
+)
+
+request_log = sa.Table(
+    "request_log",
+    metadata,
+    sa.Column("id", _BigId, primary_key=True, autoincrement=True),
+    sa.Column("queue", sa.String(Q), nullable=False),
+    sa.Column("request_id", sa.String(ID), nullable=False),
+    sa.Column("log_id", sa.String(400), nullable=False),
+    sa.Column("timestamp_ms", sa.BigInteger, nullable=False),
+    sa.Column("type", sa.String(10), nullable=False),
+    sa.Column("status", sa.String(30), nullable=False, server_default=""),
+    sa.Column("event", sa.String(30), nullable=False, server_default=""),
+    sa.Column("request_version", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("last_error", sa.Text, nullable=False, server_default=""),
+    sa.Column("metadata_json", sa.Text, nullable=False, server_default="{}"),
+    sa.UniqueConstraint("queue", "request_id", "log_id", name="uq_request_log_entry"),
+    sa.Index("ix_request_log_history", "queue", "request_id", "timestamp_ms", "id"),
+    sqlite_autoincrement=True,
+)
+
+change_uri_requests = sa.Table(
+    "change_uri_requests",
+    metadata,
+    sa.Column("queue", sa.String(Q), primary_key=True),
+    sa.Column("change_uri", sa.String(URI), primary_key=True),
+    sa.Column("request_id", sa.String(ID), primary_key=True),
+    sa.Column("received_at_ms", sa.BigInteger, nullable=False),
+)

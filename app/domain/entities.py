@@ -1,0 +1,172 @@
+"""Entities of the orchestrator and the gateway, as plain immutable values.
+
+Writers build a new value with ``dataclasses.replace`` and persist it with a
+conditional write (``version`` = old + 1); the in-memory copy is replaced only
+after the write succeeded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.domain.states import (
+    Assumption,
+    BatchState,
+    BuildStatus,
+    LandStrategy,
+    LogType,
+    PathStatus,
+    RequestState,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LandRequest:
+    queue: str
+    id: str
+    change_uris: tuple[str, ...]
+    strategy: LandStrategy
+    state: RequestState
+    version: int
+    last_error: str = ""
+    created_at_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ChangedFile:
+    path: str
+    lines_added: int = 0
+    lines_deleted: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeDetails:
+    """What a change provider reports about one change."""
+
+    uri: str
+    author_name: str = ""
+    author_email: str = ""
+    changed_files: tuple[ChangedFile, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "author": {"name": self.author_name, "email": self.author_email},
+            "changed_files": [
+                {"path": f.path, "lines_added": f.lines_added, "lines_deleted": f.lines_deleted}
+                for f in self.changed_files
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, uri: str, data: dict[str, Any]) -> ChangeDetails:
+        author = data.get("author") or {}
+        return cls(
+            uri=uri,
+            author_name=author.get("name", ""),
+            author_email=author.get("email", ""),
+            changed_files=tuple(
+                ChangedFile(f["path"], int(f.get("lines_added", 0)), int(f.get("lines_deleted", 0)))
+                for f in data.get("changed_files", [])
+            ),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    queue: str
+    id: str
+    contains: tuple[str, ...]
+    dependencies: tuple[str, ...]
+    state: BatchState
+    version: int
+    failure_reason: str = ""
+    created_at_ms: int = 0
+    updated_at_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SpeculationPath:
+    """One assumption per dependency of ``head``, in the head's dependency order."""
+
+    head: str
+    dependencies: tuple[tuple[str, Assumption], ...]
+
+    @property
+    def id(self) -> str:
+        text = self.head + "".join(f"\n{dep}={a.value}" for dep, a in self.dependencies)
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+    @property
+    def base(self) -> tuple[str, ...]:
+        """Dependencies built underneath the head (assumed to land), in order."""
+        return tuple(dep for dep, a in self.dependencies if a is Assumption.SUCCEEDS)
+
+
+@dataclass(frozen=True, slots=True)
+class PathEntry:
+    path: SpeculationPath
+    status: PathStatus
+    attempt: int = 1
+    created_at_ms: int = 0
+    updated_at_ms: int = 0
+
+    @property
+    def id(self) -> str:
+        return self.path.id
+
+
+@dataclass(frozen=True, slots=True)
+class PathSet:
+    queue: str
+    head: str
+    entries: tuple[PathEntry, ...] = ()
+    version: int = 0  # 0 = not stored yet
+
+    def get(self, path_id: str) -> PathEntry | None:
+        return next((e for e in self.entries if e.id == path_id), None)
+
+
+@dataclass(frozen=True, slots=True)
+class Build:
+    queue: str
+    id: str
+    batch_id: str
+    path_id: str
+    attempt: int
+    status: BuildStatus
+    version: int
+    log_url: str = ""
+    created_at_ms: int = 0
+    updated_at_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RequestLog:
+    """One entry of a request's history (gateway-owned), as carried on the ``log`` topic."""
+
+    queue: str
+    request_id: str
+    timestamp_ms: int
+    type: LogType
+    status: str = ""
+    event: str = ""
+    request_version: int = 0
+    last_error: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    log_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSummary:
+    queue: str
+    request_id: str
+    change_uris: tuple[str, ...]
+    received_at_ms: int
+    status: str
+    request_version: int
+    status_timestamp_ms: int
+    version: int
+    last_error: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)

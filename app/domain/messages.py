@@ -1,0 +1,122 @@
+"""The contract between stages: topic names, partition keys and payloads.
+
+Within the orchestrator a message carries an id and the consumer reloads the
+entity; across the gateway boundary (``start``, ``cancel``, ``log``) it carries the
+full payload. Message ids are *intent ids* (``entity[/cause...]``) so a replayed
+fan-out is stored once.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.domain.entities import RequestLog
+from app.domain.states import LandStrategy, LogType
+
+START = "start"
+CANCEL = "cancel"
+VALIDATE = "validate"
+MERGECHECK = "mergecheck"
+MERGECONFLICTSIGNAL = "mergeconflictsignal"
+BATCH = "batch"
+DEPENDENCY_ANALYSIS = "dependency_analysis"
+SPECULATE = "speculate"
+BUILD = "build"
+BUILDSIGNAL = "buildsignal"
+MERGE = "merge"
+MERGESIGNAL = "mergesignal"
+CONCLUDE = "conclude"
+LOG = "log"
+
+ORCHESTRATOR_TOPICS = (
+    START, CANCEL, VALIDATE, MERGECHECK, MERGECONFLICTSIGNAL, BATCH, DEPENDENCY_ANALYSIS,
+    SPECULATE, BUILD, BUILDSIGNAL, MERGE, MERGESIGNAL, CONCLUDE,
+)
+
+ORCHESTRATOR_GROUP = "orchestrator"
+GATEWAY_LOG_GROUP = "gateway-log"
+
+
+class _Msg(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LandRequestMsg(_Msg):
+    id: str
+    queue: str
+    change_uris: list[str] = Field(min_length=1)
+    strategy: LandStrategy
+
+
+class CancelRequestMsg(_Msg):
+    id: str
+    queue: str
+    reason: str = ""
+
+
+class EntityMsg(_Msg):
+    """An id within the orchestrator (request sqid, batch id or build id) and its queue."""
+
+    id: str
+    queue: str
+
+
+class BuildMsg(_Msg):
+    id: str  # batch id
+    queue: str
+    path_id: str
+    attempt: int = Field(ge=1)
+
+
+class ResultMsg(_Msg):
+    """The outcome of a dry-run merge check (id = sqid) or a merge (id = batch id)."""
+
+    id: str
+    queue: str
+    outcome: Literal["succeeded", "failed"]
+    reason: str = ""
+    outputs: list[str] = Field(default_factory=list)
+    conflicting_paths: list[str] = Field(default_factory=list)
+
+
+class ConcludeMsg(_Msg):
+    id: str  # batch id
+    queue: str
+    failure_reason: str = ""
+
+
+class LogMsg(_Msg):
+    queue: str
+    request_id: str
+    log_id: str
+    timestamp_ms: int
+    type: LogType
+    status: str = ""
+    event: str = ""
+    request_version: int = 0
+    last_error: str = ""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @classmethod
+    def of(cls, entry: RequestLog) -> LogMsg:
+        return cls(
+            queue=entry.queue, request_id=entry.request_id, log_id=entry.log_id,
+            timestamp_ms=entry.timestamp_ms, type=entry.type, status=entry.status,
+            event=entry.event, request_version=entry.request_version,
+            last_error=entry.last_error, metadata=dict(entry.metadata),
+        )
+
+    def entry(self) -> RequestLog:
+        return RequestLog(
+            queue=self.queue, request_id=self.request_id, timestamp_ms=self.timestamp_ms,
+            type=self.type, status=self.status, event=self.event,
+            request_version=self.request_version, last_error=self.last_error,
+            metadata=dict(self.metadata), log_id=self.log_id,
+        )
+
+
+def log_id(sqid: str, name: str, occurrence: str | None = None) -> str:
+    """``<sqid>/<status|event>[/<occurrence>]``: one log message per intent."""
+    return f"{sqid}/{name}/{occurrence}" if occurrence else f"{sqid}/{name}"
