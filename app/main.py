@@ -12,11 +12,16 @@ from fastapi import FastAPI
 
 from app import __version__
 from app.api import health
-from app.controllers.pipeline import Pipeline, build_pipeline
+from app.api.app_routes import install
+from app.controllers.common import Deps
+from app.controllers.pipeline import TopicSettings, build_consumers, build_topology
 from app.db import migrate
 from app.db.engine import Database
+from app.domain.queue_config import QueueConfig
+from app.extensions.base import QueueExtensions
+from app.extensions.factory import ExtensionRegistry, load_queues_file
 from app.logs import configure_logging
-from app.queue import Broker, ConsumerService, backend_for_url
+from app.queue import Backoff, Broker, Chaos, ConsumerService, backend_for_url
 from app.settings import Settings, get_settings
 
 log = logging.getLogger("submitqueue")
@@ -25,23 +30,39 @@ log = logging.getLogger("submitqueue")
 class Runtime:
     """Everything the lifespan starts, reachable from request handlers via app.state."""
 
-    def __init__(self, settings: Settings, pipeline: Pipeline) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        extension_overrides: dict[str, QueueExtensions] | None = None,
+    ) -> None:
         self.settings = settings
-        self.pipeline = pipeline
+        self.queues: dict[str, QueueConfig] = load_queues_file(settings.queues_file)
+        self.extensions = ExtensionRegistry(self.queues, overrides=extension_overrides)
         self.db = Database(settings.database_url)
+        topology = build_topology(TopicSettings(
+            max_attempts=settings.queue_max_attempts,
+            visibility_timeout_ms=settings.queue_visibility_timeout_ms,
+            backoff=Backoff(initial_ms=100, max_ms=10_000),
+        ))
         self.broker = Broker(
             backend_for_url(settings.effective_queue_database_url),
-            pipeline.topology,
+            topology,
             max_payload_bytes=settings.queue_max_payload_bytes,
         )
-        runs_workers = settings.role in ("all", "worker")
+        self.deps = Deps(db=self.db, broker=self.broker, extensions=self.extensions.for_queue)
+        orchestrator = settings.role in ("all", "worker")
+        gateway = settings.role in ("all", "gateway")
         self.consumers = ConsumerService(
             self.broker,
-            pipeline.consumers if runs_workers else [],
+            build_consumers(self.deps, orchestrator=orchestrator, gateway=gateway,
+                            concurrency=settings.queue_concurrency),
             poll_interval_ms=settings.queue_poll_interval_ms,
             shutdown_grace_ms=settings.queue_shutdown_grace_ms,
-            retention_ms=settings.queue_retention_ms if runs_workers else None,
+            retention_ms=settings.queue_retention_ms if orchestrator else None,
             gc_interval_ms=settings.queue_gc_interval_ms,
+            chaos=Chaos(duplicate=settings.queue_chaos_duplicate,
+                        fail_rate=settings.queue_chaos_fail_rate),
         )
         self.started = False
 
@@ -78,13 +99,16 @@ class Runtime:
         return checks
 
 
-def create_app(settings: Settings | None = None, pipeline: Pipeline | None = None) -> FastAPI:
+def create_app(
+    settings: Settings | None = None,
+    *,
+    extension_overrides: dict[str, QueueExtensions] | None = None,
+) -> FastAPI:
     settings = settings or get_settings()
-    pipeline = pipeline or build_pipeline()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        runtime = Runtime(settings, pipeline)
+        runtime = Runtime(settings, extension_overrides=extension_overrides)
         app.state.runtime = runtime
         await runtime.start()
         try:
@@ -99,6 +123,7 @@ def create_app(settings: Settings | None = None, pipeline: Pipeline | None = Non
         lifespan=lifespan,
     )
     app.include_router(health.router)
+    install(app)
     return app
 
 

@@ -41,10 +41,17 @@ class Settings(BaseSettings):
 
     # Durable queue
     queue_poll_interval_ms: int = Field(default=500, ge=10)
+    queue_visibility_timeout_ms: int = Field(default=60_000, ge=1000)
+    queue_max_attempts: int = Field(default=10, ge=1, le=1000)
     queue_max_payload_bytes: int = Field(default=1_048_576, ge=1024)
     queue_retention_ms: int = Field(default=7 * 24 * 3600 * 1000, ge=0)
     queue_gc_interval_ms: int = Field(default=60_000, ge=1000)
     queue_shutdown_grace_ms: int = Field(default=10_000, ge=0)
+    queue_concurrency: int = Field(default=8, ge=1, le=256)
+    # Chaos delivery mode, for tests: run every handler twice and fail a fraction of
+    # runs after their writes, so every controller proves itself idempotent.
+    queue_chaos_duplicate: bool = False
+    queue_chaos_fail_rate: float = Field(default=0.0, ge=0.0, lt=1.0)
 
     # Admin API
     admin_token: str | None = None

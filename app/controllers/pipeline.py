@@ -1,21 +1,90 @@
 """Wires topics to controllers: the topology every process shares, and its consumers.
 
-The land pipeline's stages are added here as they are built; the foundation
-declares no topics yet.
-"""
+| Topic | Partition | Serial | Consumer group -> controller |
+|---|---|---|---|
+| ``start`` | queue | | orchestrator -> StartController |
+| ``validate`` | queue | yes (duplicate check + claim) | orchestrator -> ValidateController |
+| ``mergecheck`` | sqid | | orchestrator -> MergeCheckController |
+| ``mergeconflictsignal`` | sqid | | orchestrator -> MergeConflictSignalController |
+| ``batch`` | queue | | orchestrator -> BatchController |
+| ``dependency_analysis`` | queue | yes (one order of batches) | orchestrator -> DependencyAnalysisController |
+| ``speculate`` | queue | yes (one run per queue) | orchestrator -> SpeculateController |
+| ``build`` | batch id | | orchestrator -> BuildController |
+| ``buildsignal`` | build id | yes (polling) | orchestrator -> BuildSignalController |
+| ``merge`` | queue | yes (one landing at a time) | orchestrator -> MergeController |
+| ``mergesignal`` | queue | | orchestrator -> MergeSignalController |
+| ``conclude`` | queue | | orchestrator -> ConcludeController |
+| ``cancel`` | sqid | | orchestrator -> CancelController |
+| ``log`` | sqid | yes | gateway-log -> GatewayLogController |
+
+Every topic has a ``{topic}_dlq`` companion (reconcilers arrive with the DLQ work).
+"""  # noqa: E501 - state tables read best unwrapped
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from app.queue import ConsumerSpec, Topology
+from app.controllers.batch import BatchController
+from app.controllers.build import BuildController
+from app.controllers.buildsignal import BuildSignalController
+from app.controllers.cancel import CancelController
+from app.controllers.common import Deps
+from app.controllers.conclude import ConcludeController
+from app.controllers.dependency_analysis import DependencyAnalysisController
+from app.controllers.gateway_log import GatewayLogController
+from app.controllers.merge import MergeController
+from app.controllers.mergecheck import MergeCheckController
+from app.controllers.mergeconflictsignal import MergeConflictSignalController
+from app.controllers.mergesignal import MergeSignalController
+from app.controllers.speculate import SpeculateController
+from app.controllers.start import StartController
+from app.controllers.validate import ValidateController
+from app.domain import messages as m
+from app.queue import Backoff, ConsumerSpec, Controller, TopicSpec, Topology
+
+SERIAL = {m.VALIDATE, m.DEPENDENCY_ANALYSIS, m.SPECULATE, m.BUILDSIGNAL, m.MERGE, m.LOG}
 
 
-@dataclass
-class Pipeline:
-    topology: Topology = field(default_factory=Topology)
-    consumers: list[ConsumerSpec] = field(default_factory=list)
+@dataclass(frozen=True)
+class TopicSettings:
+    max_attempts: int = 10
+    visibility_timeout_ms: int = 60_000
+    backoff: Backoff = field(default_factory=lambda: Backoff(initial_ms=100, max_ms=10_000))
 
 
-def build_pipeline() -> Pipeline:
-    return Pipeline()
+def build_topology(settings: TopicSettings | None = None) -> Topology:
+    cfg = settings or TopicSettings()
+    topo = Topology()
+    for name in (*m.ORCHESTRATOR_TOPICS, m.LOG):
+        topo.declare(TopicSpec(
+            name, serial=name in SERIAL, max_attempts=cfg.max_attempts,
+            backoff=cfg.backoff, visibility_timeout_ms=cfg.visibility_timeout_ms))
+        topo.subscribe(name, m.GATEWAY_LOG_GROUP if name == m.LOG else m.ORCHESTRATOR_GROUP)
+    return topo
+
+
+def build_consumers(deps: Deps, *, orchestrator: bool = True, gateway: bool = True,
+                    concurrency: int = 8) -> list[ConsumerSpec]:
+    controllers: dict[str, Controller] = {
+        m.START: StartController(deps),
+        m.VALIDATE: ValidateController(deps),
+        m.MERGECHECK: MergeCheckController(deps),
+        m.MERGECONFLICTSIGNAL: MergeConflictSignalController(deps),
+        m.BATCH: BatchController(deps),
+        m.DEPENDENCY_ANALYSIS: DependencyAnalysisController(deps),
+        m.SPECULATE: SpeculateController(deps),
+        m.BUILD: BuildController(deps),
+        m.BUILDSIGNAL: BuildSignalController(deps),
+        m.MERGE: MergeController(deps),
+        m.MERGESIGNAL: MergeSignalController(deps),
+        m.CONCLUDE: ConcludeController(deps),
+        m.CANCEL: CancelController(deps),
+    }
+    specs: list[ConsumerSpec] = []
+    if orchestrator:
+        specs += [ConsumerSpec(topic, m.ORCHESTRATOR_GROUP, c, concurrency=concurrency)
+                  for topic, c in controllers.items()]
+    if gateway:
+        specs.append(ConsumerSpec(m.LOG, m.GATEWAY_LOG_GROUP, GatewayLogController(deps.db),
+                                  concurrency=concurrency))
+    return specs

@@ -94,7 +94,8 @@ def parse_queues(text: str, *, source: str = "queues.yaml") -> dict[str, QueueCo
         raise ConfigError(f"{source}: 'queues' must be a non-empty list")
     merged = [{**defaults, **q} if isinstance(q, dict) else q for q in queues]
     try:
-        parsed = QueuesFile.model_validate({"defaults": defaults, "queues": merged})
+        # the whole mapping, so that an unknown top-level key is reported, not ignored
+        parsed = QueuesFile.model_validate({**raw, "defaults": defaults, "queues": merged})
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()

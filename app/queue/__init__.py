@@ -8,6 +8,8 @@ from app.queue.backends import Backend, PostgresBackend, SqliteBackend, backend_
 from app.queue.broker import Broker, Outgoing, now_ms
 from app.queue.classify import NonRetryable, Retryable, classify
 from app.queue.consumer import (
+    Chaos,
+    ChaosFailure,
     Consumer,
     ConsumerService,
     ConsumerSpec,
@@ -32,6 +34,8 @@ __all__ = [
     "Backend",
     "Backoff",
     "Broker",
+    "Chaos",
+    "ChaosFailure",
     "ClaimedDelivery",
     "Consumer",
     "ConsumerService",

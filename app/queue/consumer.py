@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -102,6 +103,30 @@ class Controller(Protocol):
     async def process(self, delivery: Delivery) -> None: ...
 
 
+class Chaos:
+    """Chaos delivery mode for tests: every handler runs twice (a redelivery), and a
+    fraction of runs fail *after* their writes (a crash before the ack)."""
+
+    def __init__(self, *, duplicate: bool = False, fail_rate: float = 0.0,
+                 seed: int | None = None) -> None:
+        self.duplicate = duplicate
+        self.fail_rate = fail_rate
+        self._random = random.Random(seed)
+
+    @property
+    def enabled(self) -> bool:
+        return self.duplicate or self.fail_rate > 0
+
+    def should_fail(self) -> bool:
+        return self._random.random() < self.fail_rate
+
+
+class ChaosFailure(Exception):
+    """Injected by chaos mode after a handler ran; retried like a crash."""
+
+    retryable = True
+
+
 @dataclass
 class ConsumerSpec:
     topic: str
@@ -131,7 +156,8 @@ def describe_error(exc: BaseException) -> str:
 class Consumer:
     """One loop per (group, topic): claims what it can run and runs it."""
 
-    def __init__(self, broker: Broker, spec: ConsumerSpec, *, poll_interval_ms: int = 500) -> None:
+    def __init__(self, broker: Broker, spec: ConsumerSpec, *, poll_interval_ms: int = 500,
+                 chaos: Chaos | None = None) -> None:
         self.broker = broker
         self.spec = spec
         self.topic_spec = broker.topology.spec(spec.topic)
@@ -141,6 +167,8 @@ class Consumer:
         self._loop_task: asyncio.Task[None] | None = None
         self._stopping = False
         self._wake = broker.waker(spec.topic)
+        chaotic = chaos is not None and chaos.enabled and not self.topic_spec.is_dlq
+        self.chaos = chaos if chaotic else None
 
     @property
     def name(self) -> str:
@@ -223,6 +251,8 @@ class Consumer:
         try:
             try:
                 await self.spec.controller.process(delivery)
+                if self.chaos is not None:
+                    delivery = await self._chaos(cd, delivery)
             except asyncio.CancelledError:
                 outcome = "released"
                 await asyncio.shield(self._settle(self.broker.release(cd)))
@@ -242,6 +272,16 @@ class Consumer:
             extender.cancel()
             self._count(outcome)
             self._wake.set()  # a settled message may unblock its partition
+
+    async def _chaos(self, cd: ClaimedDelivery, first: Delivery) -> Delivery:
+        assert self.chaos is not None
+        delivery = first
+        if self.chaos.duplicate:
+            delivery = Delivery(self.broker, cd, self.topic_spec.visibility_timeout_ms)
+            await self.spec.controller.process(delivery)
+        if self.chaos.should_fail():
+            raise ChaosFailure("chaos mode: failing after the handler's writes")
+        return delivery
 
     async def _failed(self, cd: ClaimedDelivery, exc: Exception) -> str:
         retryable = self.topic_spec.always_retry or classify(exc)
@@ -299,9 +339,12 @@ class ConsumerService:
         shutdown_grace_ms: int = 10_000,
         retention_ms: int | None = None,
         gc_interval_ms: int = 60_000,
+        chaos: Chaos | None = None,
     ) -> None:
         self.broker = broker
-        self.consumers = [Consumer(broker, s, poll_interval_ms=poll_interval_ms) for s in specs]
+        self.consumers = [
+            Consumer(broker, s, poll_interval_ms=poll_interval_ms, chaos=chaos) for s in specs
+        ]
         self.shutdown_grace_ms = shutdown_grace_ms
         self.retention_ms = retention_ms
         self.gc_interval_ms = gc_interval_ms

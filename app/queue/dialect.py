@@ -1,7 +1,9 @@
 """What differs between SQLite and PostgreSQL in the queue's SQL, in one place.
 
 Statements are written with ``:name`` parameters; the PostgreSQL backend turns
-them into ``$n`` placeholders (see ``to_positional``).
+them into ``$n`` placeholders (see ``to_positional``). On PostgreSQL the hot
+operations (publish one message, claim, ack) are single statements built from
+data-modifying CTEs, run without an explicit transaction (see ``Stmt.last``).
 """
 
 from __future__ import annotations
@@ -15,8 +17,17 @@ _PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 
 @dataclass(frozen=True, slots=True)
 class Stmt:
+    """One statement of an operation.
+
+    ``last``: the operation yields nothing after this statement. When the *first*
+    statement is also the last, the operation is a single statement, which is atomic
+    on its own: the PostgreSQL backend then runs it in autocommit, saving the
+    ``BEGIN`` and ``COMMIT`` round trips.
+    """
+
     sql: str
     params: dict[str, Any]
+    last: bool = False
 
 
 def to_positional(sql: str) -> tuple[str, list[str]]:
@@ -41,7 +52,9 @@ _NOT_PAUSED = """
 # when it is available. Any in-flight, held or retrying delivery of a partition is
 # its oldest one, so this one rule gives "at most one in flight" and strict order.
 # Partitions are walked with a loose index scan so the cost grows with the number
-# of partitions, not with the backlog.
+# of partitions, not with the backlog. On PostgreSQL the heads are locked in id
+# order and a head another claimer is taking is skipped: claimers never wait for
+# each other (and so cannot deadlock), and the claim re-checks availability.
 _SERIAL_CANDIDATES = """
 WITH RECURSIVE parts(pk) AS (
   SELECT MIN(partition_key) FROM queue_deliveries WHERE consumer_group = :g AND topic = :t
@@ -56,7 +69,7 @@ JOIN queue_deliveries d ON d.id = (
   WHERE h.consumer_group = :g AND h.topic = :t AND h.partition_key = parts.pk
   ORDER BY h.id LIMIT 1)
 WHERE parts.pk IS NOT NULL AND d.available_at_ms <= :now AND {not_paused}
-ORDER BY d.id LIMIT :n
+ORDER BY d.id LIMIT :n {lock}
 """
 
 # Other topics: any available delivery, oldest first, unless an older delivery of
@@ -98,10 +111,9 @@ class Dialect:
         return Stmt("SELECT pg_notify('submitqueue_queue', :topic) AS notified", {"topic": topic})
 
     def claim_candidates(self, serial: bool) -> str:
-        if serial:
-            return _SERIAL_CANDIDATES.format(not_paused=_NOT_PAUSED)
         lock = "FOR UPDATE OF d SKIP LOCKED" if self.is_postgres else ""
-        return _PARALLEL_CANDIDATES.format(not_paused=_NOT_PAUSED, lock=lock)
+        template = _SERIAL_CANDIDATES if serial else _PARALLEL_CANDIDATES
+        return template.format(not_paused=_NOT_PAUSED, lock=lock)
 
 
 SQLITE = Dialect("sqlite")

@@ -2,7 +2,9 @@
 
 Each operation yields ``Stmt`` objects and receives the rows (a list of dicts)
 back; a backend drives it inside one transaction. Both backends run the very same
-operations, so SQLite and PostgreSQL behave alike by construction.
+operations, so SQLite and PostgreSQL behave alike by construction. The only
+difference: on PostgreSQL, publishing one message, claiming and acking are each one
+statement (data-modifying CTEs doing the same steps), so they cost one round trip.
 """
 
 from __future__ import annotations
@@ -49,12 +51,19 @@ class Publication:
     park_if_unread: bool = False
 
 
-def insert_messages(d: Dialect, items: Sequence[Publication], *, now: int) -> Op[list[int | None]]:
+def insert_messages(
+    d: Dialect, items: Sequence[Publication], *, now: int, last: bool = False
+) -> Op[list[int | None]]:
     """Store messages in order, in one transaction; ``None`` marks a duplicate.
 
     On PostgreSQL every partition touched is locked first, in sorted order (so two
     batches cannot deadlock), which makes ids commit in order within a partition.
+    ``last``: nothing else runs in this transaction (a plain publish).
     """
+    if d.is_postgres and len(items) == 1:
+        rows = yield _insert_one_pg(d, items[0], now=now, last=last)
+        seq = rows[0]["seq"] if rows else None
+        return [int(seq) if seq is not None else None]
     for topic, pk in sorted({(i.message.topic, i.message.partition_key) for i in items}):
         lock = d.lock_partition(topic, pk)
         if lock is not None:
@@ -77,35 +86,72 @@ def insert_message(
     return seqs[0]
 
 
-def _insert_one(d: Dialect, item: Publication, *, now: int) -> Op[int | None]:
-    msg, groups = item.message, item.groups
-    parked = 1 if (item.park_if_unread and not groups) else 0
-    settled = now if (not groups and not parked) else None
-    rows = yield Stmt(
-        """INSERT INTO queue_messages
+_INSERT_MESSAGE = """INSERT INTO queue_messages
              (topic, partition_key, message_id, source_group, payload, metadata,
               published_at_ms, settled_at_ms, parked, original_topic, failed_at_ms,
               failure_count, last_error, failure_detail)
-           VALUES (:topic, :pk, :mid, :sg, :payload, :md, :now, :settled, :parked, :orig,
-                   :failed_at, :fcount, :lerr, :fdetail)
+           {source}
            ON CONFLICT (topic, partition_key, message_id, source_group) DO NOTHING
-           RETURNING seq""",
-        {
-            "topic": msg.topic,
-            "pk": msg.partition_key,
-            "mid": msg.message_id,
-            "sg": msg.source_group,
-            "payload": msg.payload_json,
-            "md": msg.metadata_json,
-            "now": now,
-            "settled": settled,
-            "parked": parked,
-            "orig": msg.original_topic,
-            "failed_at": now if msg.failed else None,
-            "fcount": msg.failure_count,
-            "lerr": msg.last_error,
-            "fdetail": msg.failure_detail_json,
-        },
+           RETURNING seq"""
+_MESSAGE_VALUES = """:topic, :pk, :mid, :sg, :payload, :md, :now, :settled, :parked, :orig,
+                   :failed_at, :fcount, :lerr, :fdetail"""
+
+# PostgreSQL, one message in one statement, doing what insert_messages does: the
+# INSERT reads from the partition lock's CTE (volatile, so evaluated first), hence
+# draws its id under the lock; deliveries are created only if the message is new,
+# in group order; NOTIFY is delivered at commit, as before.
+_INSERT_ONE_PG = """WITH lk AS ({lock}),
+ins AS ({insert}),
+dl AS (INSERT INTO queue_deliveries
+         (consumer_group, topic, partition_key, message_seq, available_at_ms, attempts,
+          held, created_at_ms)
+       SELECT u.g, :topic, :pk, ins.seq, :now, 0, 0, :now
+       FROM ins CROSS JOIN unnest(CAST(:groups AS text[])) WITH ORDINALITY AS u(g, o)
+       ORDER BY u.o
+       ON CONFLICT (consumer_group, message_seq) DO NOTHING)
+SELECT (SELECT seq FROM ins) AS seq{notify}"""
+
+
+def _message_params(item: Publication, now: int) -> dict[str, Any]:
+    msg, groups = item.message, item.groups
+    parked = 1 if (item.park_if_unread and not groups) else 0
+    settled = now if (not groups and not parked) else None
+    return {
+        "topic": msg.topic,
+        "pk": msg.partition_key,
+        "mid": msg.message_id,
+        "sg": msg.source_group,
+        "payload": msg.payload_json,
+        "md": msg.metadata_json,
+        "now": now,
+        "settled": settled,
+        "parked": parked,
+        "orig": msg.original_topic,
+        "failed_at": now if msg.failed else None,
+        "fcount": msg.failure_count,
+        "lerr": msg.last_error,
+        "fdetail": msg.failure_detail_json,
+    }
+
+
+def _insert_one_pg(d: Dialect, item: Publication, *, now: int, last: bool) -> Stmt:
+    msg = item.message
+    lock = d.lock_partition(msg.topic, msg.partition_key)
+    notify = d.notify(msg.topic) if item.groups else None
+    assert lock is not None and (notify is None or notify.params == {"topic": msg.topic})
+    sql = _INSERT_ONE_PG.format(
+        lock=lock.sql,
+        insert=_INSERT_MESSAGE.format(source=f"SELECT {_MESSAGE_VALUES} FROM lk"),
+        notify=f", ({notify.sql}) AS notified" if notify is not None else "",
+    )
+    params = {**_message_params(item, now), **lock.params, "groups": list(item.groups)}
+    return Stmt(sql, params, last=last)
+
+
+def _insert_one(d: Dialect, item: Publication, *, now: int) -> Op[int | None]:
+    msg, groups = item.message, item.groups
+    rows = yield Stmt(
+        _INSERT_MESSAGE.format(source=f"VALUES ({_MESSAGE_VALUES})"), _message_params(item, now)
     )
     if not rows:
         return None

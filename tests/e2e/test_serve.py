@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -47,7 +48,7 @@ def test_serve_answers_health_checks_and_stops_cleanly_on_ctrl_c(
         **os.environ,
         "SQ_DATABASE_URL": database_url,
         "SQ_PORT": str(port),
-        "SQ_QUEUES_FILE": str(tmp_path / "queues.yaml"),
+        "SQ_QUEUES_FILE": str(ROOT / "queues.yaml"),
     }
     log_path = tmp_path / "server.log"
     log_file = log_path.open("wb")
@@ -75,6 +76,7 @@ def test_serve_answers_health_checks_and_stops_cleanly_on_ctrl_c(
 
 
 def test_default_database_is_a_new_sqlite_file_under_var(tmp_path: Path) -> None:
+    shutil.copyfile(ROOT / "queues.yaml", tmp_path / "queues.yaml")
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SQ_")}
     env.update({"SQ_PORT": str(port), "PYTHONPATH": str(ROOT)})

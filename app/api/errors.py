@@ -1,0 +1,126 @@
+"""The one mapping from errors to HTTP. Every error body is
+``{"error": {"code": "...", "message": "..."}}``.
+
+| Error | HTTP | code |
+|---|---|---|
+| ``NotFound`` | 404 | ``not_found`` |
+| ``ValidationError`` | 400 | ``validation_error`` |
+| ``AlreadyExists`` / ``InvalidState`` / ``VersionMismatch`` | 409 | their ``code`` |
+| ``ServiceUnavailable``, any ``QueueError``, transient database errors | 503 | ``unavailable`` |
+| FastAPI's ``RequestValidationError`` (bad body, query or path) | 422 | ``invalid_request`` |
+| Starlette's ``HTTPException`` (unknown route, wrong method) | its status | e.g. ``not_found`` |
+| anything else | 500 | ``internal_error`` (logged; no details leak) |
+
+``response_for`` is the mapping; ``handle`` registers it with FastAPI, and the
+catch-all middleware (``app/api/middleware.py``) uses it for errors FastAPI's
+handlers never see.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.domain.errors import (
+    AlreadyExists,
+    InvalidState,
+    NotFound,
+    SubmitQueueError,
+    ValidationError,
+    VersionMismatch,
+)
+from app.queue import QueueError, classify
+
+log = logging.getLogger("submitqueue.api")
+
+TRY_AGAIN = "the service could not take this request right now; try again"
+INTERNAL = "internal error; it has been logged"
+
+
+class ServiceUnavailable(SubmitQueueError):
+    """A dependency (the queue or the database) failed transiently; the client should retry."""
+
+    code = "unavailable"
+    retryable = True
+
+
+_DOMAIN_STATUS: tuple[tuple[type[SubmitQueueError], int], ...] = (
+    (NotFound, 404),
+    (ValidationError, 400),
+    (AlreadyExists, 409),
+    (InvalidState, 409),
+    (VersionMismatch, 409),
+    (ServiceUnavailable, 503),
+)
+
+_HTTP_CODES = {
+    400: "bad_request", 404: "not_found", 405: "method_not_allowed", 413: "payload_too_large",
+    415: "unsupported_media_type", 422: "invalid_request", 503: "unavailable",
+}
+
+
+def error_body(code: str, message: str) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message}}
+
+
+def error_response(
+    status: int, code: str, message: str, headers: Mapping[str, str] | None = None
+) -> JSONResponse:
+    return JSONResponse(error_body(code, message), status_code=status, headers=headers)
+
+
+def describe_validation(errors: Sequence[Any]) -> str:
+    """One readable sentence naming each offending field, e.g.
+    ``invalid request: body.change_uris: List should have at least 1 item ...``."""
+    parts: list[str] = []
+    for err in errors:
+        loc = [str(p) for p in err.get("loc", ())]
+        if err.get("type") == "json_invalid":
+            reason = (err.get("ctx") or {}).get("error", "")
+            parts.append(f"request body is not valid JSON{': ' + reason if reason else ''}")
+            continue
+        if loc[:1] == ["body"]:
+            where = ".".join(loc[1:]) or "request body"
+        elif len(loc) > 1:
+            where = f"{loc[0]} parameter {'.'.join(loc[1:])!r}"
+        else:
+            where = ".".join(loc) or "request"
+        parts.append(f"{where}: {err.get('msg', 'invalid')}")
+    return "invalid request: " + "; ".join(parts or ["malformed input"])
+
+
+def response_for(exc: BaseException) -> JSONResponse:
+    """Map any exception to its JSON error response (logging the unexpected ones)."""
+    if isinstance(exc, SubmitQueueError):
+        for cls, status in _DOMAIN_STATUS:
+            if isinstance(exc, cls):
+                message = str(exc) or exc.code
+                if status == 503:
+                    message = f"{message}; try again" if str(exc) else TRY_AGAIN
+                return error_response(status, exc.code, message)
+    if isinstance(exc, RequestValidationError):
+        return error_response(422, "invalid_request", describe_validation(exc.errors()))
+    if isinstance(exc, StarletteHTTPException):
+        code = _HTTP_CODES.get(exc.status_code, "http_error")
+        return error_response(exc.status_code, code, str(exc.detail), headers=exc.headers)
+    if isinstance(exc, QueueError) or classify(exc):
+        log.warning("request failed on a transient error", exc_info=exc)
+        return error_response(503, "unavailable", TRY_AGAIN)
+    log.error("unhandled error", exc_info=exc)
+    return error_response(500, "internal_error", INTERNAL)
+
+
+async def handle(_request: Request, exc: Exception) -> JSONResponse:
+    return response_for(exc)
+
+
+def install_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(SubmitQueueError, handle)
+    app.add_exception_handler(RequestValidationError, handle)
+    app.add_exception_handler(StarletteHTTPException, handle)

@@ -1,0 +1,231 @@
+"""Land requests over HTTP (``/api/v1``): land, cancel, read a summary or its history,
+list a queue's requests, and list the configured queues with their counts.
+
+The gateway is the sole writer of the request log and its projections. It writes
+``accepted`` and ``cancelling`` itself, through the same materializer
+(``persist_log``) that folds the orchestrator's ``log`` messages; everything else
+reaches the orchestrator through the ``start`` and ``cancel`` topics.
+
+Land, in order: unknown queue -> 404 (before an id is minted); invalid stack ->
+400; mint the sqid and store the summary ``accepting`` with its change-URI
+mappings (one transaction); publish ``start`` (a failure -> 503 and the receipt
+stays invisible); persist ``accepted`` (a failure is only logged: the request is
+already in the pipeline).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query
+
+from app.api.deps import RuntimeDep, now_ms, queue_config
+from app.api.errors import ServiceUnavailable
+from app.api.schemas import (
+    CancelAccepted,
+    CancelBody,
+    ErrorOut,
+    HistoryEventOut,
+    HistoryOut,
+    LandAccepted,
+    LandBody,
+    ListOut,
+    QueueOut,
+    QueuesOut,
+    RequestSummaryOut,
+)
+from app.db.repos import counters
+from app.db.repos import request_log as repo
+from app.domain.change_uri import validate_stack
+from app.domain.entities import RequestLog
+from app.domain.errors import ValidationError
+from app.domain.ids import request_id
+from app.domain.messages import CANCEL, START, CancelRequestMsg, LandRequestMsg, log_id
+from app.domain.states import LogType, PublicStatus
+
+log = logging.getLogger("submitqueue.api")
+
+REQUEST_DOMAIN = "request"
+VISIBLE_STATUSES = tuple(s.value for s in PublicStatus if s is not PublicStatus.ACCEPTING)
+_TERMINAL = frozenset(s.value for s in PublicStatus if s.terminal)
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorOut} for code in (400, 404, 409, 413, 415, 422, 500, 503)
+}
+
+router = APIRouter(prefix="/api/v1", tags=["requests"], responses=_ERRORS)
+
+RequestNumber = Annotated[int, Path(ge=1, description="The number in the sqid <queue>/<n>.")]
+
+
+async def _publish(
+    runtime: RuntimeDep, topic: str, payload: dict[str, Any], *, partition_key: str,
+    message_id: str,
+) -> None:
+    try:
+        await runtime.broker.publish(topic, payload, partition_key=partition_key,
+                                     message_id=message_id)
+    except Exception as exc:
+        log.warning("publish failed", exc_info=exc,
+                    extra={"topic": topic, "message_id": message_id})
+        raise ServiceUnavailable(
+            f"could not hand {message_id!r} to the {topic!r} topic"
+        ) from exc
+
+
+@router.post("/queues/{queue}/requests", status_code=202, response_model=LandAccepted)
+async def land(queue: str, body: LandBody, runtime: RuntimeDep) -> LandAccepted:
+    """Submit a stack of changes to land; answers with the new request's sqid."""
+    config = queue_config(runtime, queue)
+    validate_stack(body.change_uris)
+    strategy = body.strategy or config.default_strategy
+    received_ms = now_ms(runtime)
+    async with runtime.db.write() as s:
+        n = await counters.next_number(s, queue=queue, domain=REQUEST_DOMAIN)
+        sqid = request_id(queue, n)
+        await repo.create_summary(s, queue=queue, request_id=sqid,
+                                  change_uris=body.change_uris, received_at_ms=received_ms)
+    msg = LandRequestMsg(id=sqid, queue=queue, change_uris=body.change_uris, strategy=strategy)
+    await _publish(runtime, START, msg.model_dump(mode="json"), partition_key=queue,
+                   message_id=sqid)
+    accepted = RequestLog(
+        queue=queue, request_id=sqid, timestamp_ms=received_ms, type=LogType.STATUS,
+        status=PublicStatus.ACCEPTED.value, request_version=0,
+        log_id=log_id(sqid, PublicStatus.ACCEPTED.value),
+    )
+    try:
+        await repo.persist_log(runtime.db, accepted)
+    except Exception:
+        log.exception("could not record 'accepted'; the request is in the pipeline anyway",
+                      extra={"queue": queue, "sqid": sqid})
+    return LandAccepted(sqid=sqid, queue=queue, status=PublicStatus.ACCEPTED.value)
+
+
+@router.get("/queues/{queue}/requests/{n}", response_model=RequestSummaryOut)
+async def get_request(queue: str, n: RequestNumber, runtime: RuntimeDep) -> RequestSummaryOut:
+    """The current status of one request."""
+    queue_config(runtime, queue)
+    async with runtime.db.read() as s:
+        summary = await repo.get_summary(s, queue=queue, request_id=request_id(queue, n))
+    return RequestSummaryOut.of(summary)
+
+
+@router.get("/queues/{queue}/requests/{n}/history", response_model=HistoryOut)
+async def get_history(queue: str, n: RequestNumber, runtime: RuntimeDep) -> HistoryOut:
+    """Every status and event of one request, oldest first."""
+    queue_config(runtime, queue)
+    sqid = request_id(queue, n)
+    async with runtime.db.read() as s:
+        await repo.get_summary(s, queue=queue, request_id=sqid)
+        entries = await repo.history(s, queue=queue, request_id=sqid)
+    return HistoryOut(sqid=sqid, events=[HistoryEventOut.of(e) for e in entries])
+
+
+@router.post("/queues/{queue}/requests/{n}/cancel", status_code=202,
+             response_model=CancelAccepted)
+async def cancel(
+    queue: str, n: RequestNumber, runtime: RuntimeDep, body: CancelBody | None = None
+) -> CancelAccepted:
+    """Ask to cancel a request; a request already landed, failed or cancelled is left
+    alone and its terminal status is returned."""
+    queue_config(runtime, queue)
+    sqid = request_id(queue, n)
+    reason = body.reason if body is not None else ""
+    async with runtime.db.read() as s:
+        summary = await repo.get_summary(s, queue=queue, request_id=sqid)
+    if summary.status in _TERMINAL:
+        return CancelAccepted(sqid=sqid, status=summary.status)
+    cancelling = PublicStatus.CANCELLING.value
+    await repo.persist_log(runtime.db, RequestLog(
+        queue=queue, request_id=sqid, timestamp_ms=now_ms(runtime), type=LogType.STATUS,
+        status=cancelling, request_version=0, metadata={"reason": reason},
+        log_id=log_id(sqid, cancelling),
+    ))
+    msg = CancelRequestMsg(id=sqid, queue=queue, reason=reason)
+    await _publish(runtime, CANCEL, msg.model_dump(mode="json"), partition_key=sqid,
+                   message_id=f"{sqid}/cancel")
+    return CancelAccepted(sqid=sqid, status=cancelling)
+
+
+# --- listing -----------------------------------------------------------------------
+
+
+def encode_cursor(query: dict[str, Any], after: tuple[int, str]) -> str:
+    raw = json.dumps({"q": query, "after": list(after)}, separators=(",", ":"), sort_keys=True)
+    return base64.urlsafe_b64encode(raw.encode("utf-8")).rstrip(b"=").decode("ascii")
+
+
+def decode_cursor(cursor: str, query: dict[str, Any]) -> tuple[int, str]:
+    """The keyset position in ``cursor``; ``ValidationError`` if it is malformed or was
+    issued for another query."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        data = json.loads(raw)
+        ts, rid = data["after"]
+        bound = data["q"]
+        if not isinstance(ts, int) or not isinstance(rid, str) or not isinstance(bound, dict):
+            raise TypeError("bad cursor fields")
+    except (binascii.Error, ValueError, TypeError, KeyError) as exc:
+        raise ValidationError(
+            "cursor is malformed; pass next_cursor exactly as a previous page returned it"
+        ) from exc
+    if bound != query:
+        raise ValidationError(
+            "cursor does not match this query; repeat the filters of the page that "
+            "returned it, or drop the cursor to start over"
+        )
+    return ts, rid
+
+
+@router.get("/queues/{queue}/requests", response_model=ListOut)
+async def list_requests(
+    queue: str,
+    runtime: RuntimeDep,
+    since_ms: Annotated[int | None, Query(ge=0, description="received at or after")] = None,
+    until_ms: Annotated[int | None, Query(ge=0, description="received before")] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    cursor: Annotated[str | None, Query(max_length=4096)] = None,
+    change_uri: Annotated[str | None, Query(max_length=1024)] = None,
+    status: PublicStatus | None = None,
+) -> ListOut:
+    """A queue's requests, newest first, one page at a time."""
+    queue_config(runtime, queue)
+    if status is PublicStatus.ACCEPTING:
+        raise ValidationError(
+            f"status 'accepting' is internal and never listed; use one of {list(VISIBLE_STATUSES)}"
+        )
+    if since_ms is not None and until_ms is not None and since_ms >= until_ms:
+        raise ValidationError(f"since_ms ({since_ms}) must be less than until_ms ({until_ms})")
+    query: dict[str, Any] = {
+        "queue": queue, "since_ms": since_ms, "until_ms": until_ms,
+        "status": status.value if status else None, "change_uri": change_uri,
+    }
+    after = decode_cursor(cursor, query) if cursor else None
+    async with runtime.db.read() as s:
+        rows = await repo.list_summaries(
+            s, queue=queue, limit=limit + 1, since_ms=since_ms, until_ms=until_ms,
+            status=query["status"], change_uri=change_uri, after=after,
+        )
+    page = rows[:limit]
+    next_cursor = None
+    if len(rows) > limit:
+        last = page[-1]
+        next_cursor = encode_cursor(query, (last.received_at_ms, last.request_id))
+    return ListOut(items=[RequestSummaryOut.of(r) for r in page], next_cursor=next_cursor)
+
+
+@router.get("/queues", response_model=QueuesOut)
+async def list_queues(runtime: RuntimeDep) -> QueuesOut:
+    """The configured merge queues, with how many visible requests are in each status."""
+    async with runtime.db.read() as s:
+        counts = await repo.counts_by_status(s, queues=list(runtime.queues))
+    return QueuesOut(items=[
+        QueueOut(
+            name=name, description=cfg.description, build_budget=cfg.build_budget,
+            counts={st: counts.get(name, {}).get(st, 0) for st in VISIBLE_STATUSES},
+        )
+        for name, cfg in sorted(runtime.queues.items())
+    ])

@@ -1,0 +1,107 @@
+"""Request and response bodies of the gateway's REST API (``/api/v1``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.domain.entities import RequestLog, RequestSummary
+from app.domain.states import LandStrategy, LogType
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class LandBody(_In):
+    change_uris: list[str] = Field(
+        min_length=1,
+        description="The ordered stack of change URIs to land together (first = bottom).",
+    )
+    strategy: LandStrategy | None = Field(
+        default=None, description="How to land; null uses the queue's default strategy."
+    )
+
+
+class CancelBody(_In):
+    reason: str = Field(default="", max_length=1000, description="Why, for the history.")
+
+
+class LandAccepted(BaseModel):
+    sqid: str
+    queue: str
+    status: str
+
+
+class CancelAccepted(BaseModel):
+    sqid: str
+    status: str
+
+
+class RequestSummaryOut(BaseModel):
+    sqid: str
+    queue: str
+    change_uris: list[str]
+    received_at_ms: int
+    status: str
+    last_error: str
+    metadata: dict[str, Any]
+
+    @classmethod
+    def of(cls, s: RequestSummary) -> RequestSummaryOut:
+        return cls(
+            sqid=s.request_id, queue=s.queue, change_uris=list(s.change_uris),
+            received_at_ms=s.received_at_ms, status=s.status, last_error=s.last_error,
+            metadata=dict(s.metadata),
+        )
+
+
+class HistoryEventOut(BaseModel):
+    timestamp_ms: int
+    type: LogType
+    status: str | None = None
+    event: str | None = None
+    last_error: str
+    metadata: dict[str, Any]
+
+    @classmethod
+    def of(cls, e: RequestLog) -> HistoryEventOut:
+        is_status = e.type is LogType.STATUS
+        return cls(
+            timestamp_ms=e.timestamp_ms, type=e.type,
+            status=e.status if is_status else None, event=None if is_status else e.event,
+            last_error=e.last_error, metadata=dict(e.metadata),
+        )
+
+
+class HistoryOut(BaseModel):
+    sqid: str
+    events: list[HistoryEventOut]
+
+
+class ListOut(BaseModel):
+    items: list[RequestSummaryOut]
+    next_cursor: str | None = Field(
+        default=None, description="Pass as ?cursor= with the same filters for the next page."
+    )
+
+
+class QueueOut(BaseModel):
+    name: str
+    description: str
+    build_budget: int
+    counts: dict[str, int] = Field(description="Visible requests by public status.")
+
+
+class QueuesOut(BaseModel):
+    items: list[QueueOut]
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+
+
+class ErrorOut(BaseModel):
+    error: ErrorDetail

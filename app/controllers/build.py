@@ -1,0 +1,78 @@
+"""``build``: start the build of one funded speculation path.
+
+Partitioned by batch id. The path entry's status is owned by ``speculate``; this
+controller only creates the ``Build`` row and the write-once (path, attempt) link.
+
+| Loaded state | Relative to checkpoint | Action |
+|---|---|---|
+| batch halted | superseded | ack (nothing is started for a cancelled or finished batch) |
+| no path set, no entry, or another attempt | superseded | ack |
+| entry ``pending``, no link | before | trigger the build (base = the path's ``succeeds`` dependencies' changes, then the head's); store it ``accepted``; link it (a concurrent trigger that linked first wins: both builds are signalled, the loser is cancelled as unwanted); publish ``buildsignal`` |
+| entry live, link exists | at | re-signal the linked build (same id) |
+| entry terminal | beyond | ack |
+| batch missing | invalid | raise ``NotFound`` |
+"""  # noqa: E501 - state tables read best unwrapped
+
+from __future__ import annotations
+
+from app.controllers.common import Deps
+from app.db.repos import batches as batch_repo
+from app.db.repos import requests as request_repo
+from app.db.repos import speculation as spec_repo
+from app.domain.entities import Batch, Build
+from app.domain.messages import BUILDSIGNAL, BuildMsg, EntityMsg
+from app.domain.states import BuildStatus, PathStatus
+from app.extensions.base import BuildRequest
+from app.queue import Delivery
+
+
+class BuildController:
+    def __init__(self, deps: Deps) -> None:
+        self.deps = deps
+
+    async def process(self, delivery: Delivery) -> None:
+        msg = BuildMsg.model_validate(delivery.payload)
+        q = msg.queue
+        async with self.deps.db.read() as s:
+            batch = await batch_repo.get(s, queue=q, id=msg.id)
+            path_set = (await spec_repo.path_sets(s, queue=q, heads=[batch.id]))[batch.id]
+            linked = await spec_repo.get_link(s, queue=q, path_id=msg.path_id,
+                                              attempt=msg.attempt)
+        entry = path_set.get(msg.path_id)
+        if batch.state.halted or entry is None or entry.attempt != msg.attempt:
+            return
+        if entry.status.terminal:
+            return
+        if linked is not None:
+            await self._signal(q, linked)
+            return
+        if entry.status is not PathStatus.PENDING:
+            return
+        request = await self._request(batch, entry.path.base, msg)
+        build_id = await self.deps.extensions(q).runner.trigger(request)
+        now = self.deps.now()
+        async with self.deps.db.write() as s:
+            await spec_repo.create_build(s, build=Build(
+                queue=q, id=build_id, batch_id=batch.id, path_id=msg.path_id,
+                attempt=msg.attempt, status=BuildStatus.ACCEPTED, version=1), now_ms=now)
+            holder = await spec_repo.link(s, queue=q, path_id=msg.path_id, attempt=msg.attempt,
+                                          build_id=build_id)
+        await self._signal(q, build_id)
+        if holder != build_id:
+            await self._signal(q, holder)
+
+    async def _request(self, batch: Batch, base: tuple[str, ...], msg: BuildMsg) -> BuildRequest:
+        async with self.deps.db.read() as s:
+            base_batches = await batch_repo.get_many(s, queue=batch.queue, ids=base)
+            member_ids = [m for b in base for m in base_batches[b].contains] + list(batch.contains)
+            members = await request_repo.get_many(s, queue=batch.queue, ids=member_ids)
+        base_changes = tuple(u for b in base for m in base_batches[b].contains
+                             for u in members[m].change_uris)
+        head_changes = tuple(u for m in batch.contains for u in members[m].change_uris)
+        return BuildRequest(queue=batch.queue, batch_id=batch.id, path_id=msg.path_id,
+                            attempt=msg.attempt, base_changes=base_changes,
+                            head_changes=head_changes)
+
+    async def _signal(self, queue: str, build_id: str) -> None:
+        await self.deps.publish(BUILDSIGNAL, EntityMsg(id=build_id, queue=queue),
+                                partition_key=build_id, message_id=build_id)

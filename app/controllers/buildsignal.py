@@ -1,0 +1,88 @@
+"""``buildsignal``: poll one build until it is terminal; record what changed.
+
+Partitioned by build id; polling is a ``hold``, never a spent attempt. Halted
+batches are still polled so their builds' ends are recorded.
+
+| Loaded state | Relative to checkpoint | Action |
+|---|---|---|
+| build terminal | beyond | ack |
+| build live, runner reports the same status | at | cancel it if unwanted; hold and poll again |
+| build live, runner reports a new status | before | log ``building`` (and ``built`` on success) for each member, then conditional write of the status, then a ``speculate`` wake-up (id names build and status); hold unless terminal |
+| build missing | invalid | raise ``NotFound`` |
+
+*Unwanted*: the batch is halted, or its path entry is missing, cancelling, cancelled,
+at another attempt, or linked to another build. A cancel is only requested; the
+status reports when it took effect.
+"""  # noqa: E501 - state tables read best unwrapped
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+from app.controllers.common import Deps, event_log
+from app.db.repos import batches as batch_repo
+from app.db.repos import speculation as spec_repo
+from app.domain.entities import Batch, Build
+from app.domain.messages import SPECULATE, EntityMsg
+from app.domain.states import BuildStatus, PathStatus
+from app.queue import Delivery
+
+log = logging.getLogger("submitqueue.controllers")
+
+POLL_ACCEPTED_MS = 500
+POLL_RUNNING_MS = 250
+
+
+class BuildSignalController:
+    def __init__(self, deps: Deps) -> None:
+        self.deps = deps
+
+    async def process(self, delivery: Delivery) -> None:
+        msg = EntityMsg.model_validate(delivery.payload)
+        q = msg.queue
+        async with self.deps.db.read() as s:
+            build = await spec_repo.get_build(s, queue=q, id=msg.id)
+            batch = await batch_repo.get(s, queue=q, id=build.batch_id)
+        if build.status.terminal:
+            return
+        runner = self.deps.extensions(q).runner
+        report = await runner.status(build.id)
+        if not report.status.terminal and await self._unwanted(batch, build):
+            try:
+                await runner.cancel(build.id)
+            except Exception:
+                log.warning("could not cancel an unwanted build", extra={"build_id": build.id})
+        if report.status is not build.status or report.log_url != build.log_url:
+            await self._record(batch, build, report.status, report.log_url)
+        if not report.status.terminal:
+            delivery.hold(POLL_RUNNING_MS if report.status is BuildStatus.RUNNING
+                          else POLL_ACCEPTED_MS)
+
+    async def _unwanted(self, batch: Batch, build: Build) -> bool:
+        if batch.state.halted:
+            return True
+        async with self.deps.db.read() as s:
+            path_set = (await spec_repo.path_sets(s, queue=batch.queue, heads=[batch.id]))[batch.id]
+            linked = await spec_repo.get_link(s, queue=batch.queue, path_id=build.path_id,
+                                              attempt=build.attempt)
+        entry = path_set.get(build.path_id)
+        return (entry is None or entry.attempt != build.attempt or linked != build.id
+                or entry.status in (PathStatus.CANCELLING, PathStatus.CANCELLED))
+
+    async def _record(self, batch: Batch, build: Build, status: BuildStatus, url: str) -> None:
+        now = self.deps.now()
+        md = {"batch_id": batch.id, "build_id": build.id, "path_id": build.path_id,
+              "attempt": build.attempt, "build_url": url, "build_status": status.value}
+        entries = [event_log(batch.queue, m, "building", now=now, occurrence=build.id,
+                             metadata=md) for m in batch.contains]
+        if status is BuildStatus.SUCCEEDED:
+            entries += [event_log(batch.queue, m, "built", now=now, occurrence=build.id,
+                                  metadata=md) for m in batch.contains]
+        await self.deps.publish_logs(entries)
+        async with self.deps.db.write() as s:
+            await spec_repo.update_build(s, old=build, new=replace(
+                build, status=status, log_url=url, version=build.version + 1), now_ms=now)
+        await self.deps.publish(
+            SPECULATE, EntityMsg(id=batch.id, queue=batch.queue), partition_key=batch.queue,
+            message_id=f"{batch.id}/build-signal/{build.id}/{status.value}")

@@ -1,0 +1,64 @@
+"""``cancel``: turn a user's cancel intent into ``cancelled``, unless a merge wins the race.
+
+| Loaded state | Relative to checkpoint | Action |
+|---|---|---|
+| request missing, message younger than 5 min | before | hold 500 ms (``start`` may not have run yet) |
+| request missing, older | invalid | raise ``NotFound`` |
+| request terminal | beyond | ack (a no-op) |
+| request live | before | conditional write ``cancelling`` (skipped if already); then for each of its batches, oldest first: ``created``/``speculating`` -> ``cancelling``, and a ``cancelling`` batch gets a ``speculate`` wake-up (the batch owns the outcome); ``merging``/terminal -> owned already, nothing to do; ``creating`` -> not owned. With no owning batch, terminate ``cancelled`` at once |
+"""  # noqa: E501 - state tables read best unwrapped
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from app.controllers.common import Deps, load_request, terminate_request
+from app.db.repos import batches as batch_repo
+from app.db.repos import requests as request_repo
+from app.domain.errors import NotFound
+from app.domain.messages import SPECULATE, CancelRequestMsg, EntityMsg
+from app.domain.states import BatchState, RequestState
+from app.queue import Delivery
+
+MISSING_GRACE_MS = 5 * 60 * 1000
+
+
+class CancelController:
+    def __init__(self, deps: Deps) -> None:
+        self.deps = deps
+
+    async def process(self, delivery: Delivery) -> None:
+        msg = CancelRequestMsg.model_validate(delivery.payload)
+        req = await load_request(self.deps, msg.queue, msg.id)
+        if req is None:
+            if self.deps.now() - delivery.message.published_at_ms < MISSING_GRACE_MS:
+                delivery.hold(500)
+                return
+            raise NotFound(f"request {msg.id} never started; nothing to cancel")
+        if req.state.terminal:
+            return
+        if req.state is not RequestState.CANCELLING:
+            new = replace(req, state=RequestState.CANCELLING, version=req.version + 1)
+            async with self.deps.db.write() as s:
+                await request_repo.update(s, old=req, new=new, now_ms=self.deps.now())
+        async with self.deps.db.read() as s:
+            batches = await batch_repo.for_request(s, queue=msg.queue, request_id=msg.id)
+        owned = False
+        for batch in batches:
+            if batch.state in (BatchState.CREATED, BatchState.SPECULATING):
+                async with self.deps.db.write() as s:
+                    await batch_repo.update(s, old=batch, new=replace(
+                        batch, state=BatchState.CANCELLING, version=batch.version + 1),
+                        now_ms=self.deps.now())
+            if batch.state in (BatchState.CREATED, BatchState.SPECULATING,
+                               BatchState.CANCELLING):
+                # Persist, then wake speculation (replayed with the same id).
+                await self.deps.publish(SPECULATE, EntityMsg(id=batch.id, queue=batch.queue),
+                                        partition_key=batch.queue,
+                                        message_id=f"{batch.id}/cancel")
+            owned = owned or batch.state is not BatchState.CREATING
+        if not owned:
+            await terminate_request(self.deps, queue=msg.queue, sqid=msg.id,
+                                    target=RequestState.CANCELLED,
+                                    last_error=f"cancelled: {msg.reason}" if msg.reason
+                                    else "cancelled", metadata={"reason": msg.reason})

@@ -1,0 +1,37 @@
+"""``conclude``: map a terminal batch onto its member requests.
+
+| Loaded state | Relative to checkpoint | Action |
+|---|---|---|
+| batch ``succeeded`` / ``failed`` / ``cancelled`` | at | terminate each member (``landed`` / ``error`` / ``cancelled``) with the failure reason; a member already there skips the write but republishes its terminal log |
+| member already in another terminal state | superseded | leave it |
+| member missing | invalid | raise ``NotFound`` |
+| batch not terminal | invalid | raise ``InvalidState`` (conclude is only sent for terminal batches) |
+| batch missing | invalid | raise ``NotFound`` |
+"""  # noqa: E501 - state tables read best unwrapped
+
+from __future__ import annotations
+
+from app.controllers.common import Deps, terminate_request
+from app.db.repos import batches as batch_repo
+from app.domain.errors import InvalidState
+from app.domain.messages import ConcludeMsg
+from app.domain.states import BATCH_TO_REQUEST_TERMINAL
+from app.queue import Delivery
+
+
+class ConcludeController:
+    def __init__(self, deps: Deps) -> None:
+        self.deps = deps
+
+    async def process(self, delivery: Delivery) -> None:
+        msg = ConcludeMsg.model_validate(delivery.payload)
+        async with self.deps.db.read() as s:
+            batch = await batch_repo.get(s, queue=msg.queue, id=msg.id)
+        target = BATCH_TO_REQUEST_TERMINAL.get(batch.state)
+        if target is None:
+            raise InvalidState(
+                f"batch {batch.id} is {batch.state}; conclude needs a terminal batch")
+        reason = msg.failure_reason or batch.failure_reason
+        for sqid in batch.contains:
+            await terminate_request(self.deps, queue=batch.queue, sqid=sqid, target=target,
+                                    last_error=reason, metadata={"batch_id": batch.id})

@@ -1,0 +1,34 @@
+"""``log`` (consumer group ``gateway-log``): fold a request-log entry into the
+gateway's history and summary through the one materializer (``persist_log``).
+
+| Loaded state | Relative to checkpoint | Action |
+|---|---|---|
+| payload not a valid ``LogMsg`` | invalid | pydantic's error propagates (DLQ) |
+| no ``log_id``, unknown status, unnamed event | invalid | raise ``ValidationError`` (DLQ) |
+| summary missing | invalid | raise ``NotFound`` (DLQ); nothing is stored |
+| summary the entry wins (``log_wins``) | before | append row + CAS summary, one transaction |
+| same, another writer changed it first | before | reload, classify again (10x; then retry) |
+| history row already stored | at | skip the insert; fold again (repairs a lost write) |
+| summary the entry does not win | superseded | keep it; the row stays in history; ack |
+
+"Does not win": an event, an older status, ``accepted`` after progress, or a
+non-terminal status after a versioned terminal one (``app/domain/materializer.py``).
+The CAS writes status, request version, status timestamp, last error and
+metadata with ``version + 1``.
+"""
+
+from __future__ import annotations
+
+from app.db.engine import Database
+from app.db.repos.request_log import persist_log
+from app.domain.messages import LogMsg
+from app.queue import Delivery
+
+
+class GatewayLogController:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def process(self, delivery: Delivery) -> None:
+        msg = LogMsg.model_validate(delivery.payload)
+        await persist_log(self.db, msg.entry())

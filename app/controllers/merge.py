@@ -1,0 +1,47 @@
+"""``merge``: land a batch whose exact combination passed, through the queue's merger.
+
+| Loaded state | Relative to checkpoint | Action |
+|---|---|---|
+| batch ``merging`` | before | log ``landing`` per member; merge the members' changes in order as one update (infrastructure errors propagate and are retried; the merger recognises changes already landed); publish the result to ``mergesignal`` (id = batch id) |
+| batch terminal or halted | beyond | ack |
+| batch ``creating`` / ``created`` / ``speculating`` | invalid | raise ``InvalidState`` |
+| batch missing | invalid | raise ``NotFound`` |
+"""  # noqa: E501 - state tables read best unwrapped
+
+from __future__ import annotations
+
+from app.controllers.common import Deps, status_log
+from app.db.repos import batches as batch_repo
+from app.db.repos import requests as request_repo
+from app.domain.errors import InvalidState
+from app.domain.messages import MERGESIGNAL, EntityMsg, ResultMsg
+from app.domain.states import BatchState
+from app.extensions.base import MergeSpec, MergeStep
+from app.queue import Delivery
+
+
+class MergeController:
+    def __init__(self, deps: Deps) -> None:
+        self.deps = deps
+
+    async def process(self, delivery: Delivery) -> None:
+        msg = EntityMsg.model_validate(delivery.payload)
+        async with self.deps.db.read() as s:
+            batch = await batch_repo.get(s, queue=msg.queue, id=msg.id)
+            members = await request_repo.get_many(s, queue=msg.queue, ids=batch.contains)
+        if batch.state.halted:
+            return
+        if batch.state is not BatchState.MERGING:
+            raise InvalidState(f"batch {batch.id} is {batch.state}; merge needs merging")
+        now = self.deps.now()
+        await self.deps.publish_logs([
+            status_log(batch.queue, m, "landing", now=now, occurrence=batch.id,
+                       metadata={"batch_id": batch.id}) for m in batch.contains])
+        spec = MergeSpec(queue=batch.queue, id=batch.id, steps=tuple(
+            MergeStep(m, members[m].change_uris, members[m].strategy) for m in batch.contains))
+        outcome = await self.deps.extensions(batch.queue).merger.merge(spec)
+        await self.deps.publish(MERGESIGNAL, ResultMsg(
+            id=batch.id, queue=batch.queue,
+            outcome="succeeded" if outcome.succeeded else "failed", reason=outcome.reason,
+            outputs=list(outcome.outputs), conflicting_paths=list(outcome.conflicting_paths),
+        ), partition_key=batch.queue, message_id=batch.id)

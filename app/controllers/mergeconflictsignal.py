@@ -1,0 +1,53 @@
+"""``mergeconflictsignal``: the dry-run result decides between ``validated`` and ``error``.
+
+| Loaded state | Relative to checkpoint | Action |
+|---|---|---|
+| request halted | superseded | ack (a cancel or an earlier verdict owns it) |
+| request ``started``, check succeeded | before | conditional write ``validated`` (v+1); log ``validated``; publish ``batch`` |
+| request ``started``, check failed | before | terminate ``error`` with the conflict reason |
+| request ``validated`` | at | replay the log and ``batch`` with the same ids |
+| request ``batched`` | beyond | ack (never regress) |
+| request missing | invalid | raise ``NotFound`` |
+"""  # noqa: E501 - state tables read best unwrapped
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from app.controllers.common import Deps, status_log, terminate_request
+from app.db.repos import requests as request_repo
+from app.domain.entities import LandRequest
+from app.domain.messages import BATCH, EntityMsg, ResultMsg
+from app.domain.states import RequestState
+from app.queue import Delivery
+
+
+class MergeConflictSignalController:
+    def __init__(self, deps: Deps) -> None:
+        self.deps = deps
+
+    async def process(self, delivery: Delivery) -> None:
+        msg = ResultMsg.model_validate(delivery.payload)
+        async with self.deps.db.read() as s:
+            req = await request_repo.get(s, queue=msg.queue, id=msg.id)
+        if req.state.halted or req.state is RequestState.BATCHED:
+            return
+        if req.state is RequestState.STARTED:
+            if msg.outcome != "succeeded":
+                paths = f" (conflicting paths: {', '.join(msg.conflicting_paths)})" \
+                    if msg.conflicting_paths else ""
+                reason = f"merge conflict: {msg.reason or 'the changes do not apply'}{paths}"
+                await terminate_request(self.deps, queue=req.queue, sqid=req.id,
+                                        target=RequestState.ERROR, last_error=reason)
+                return
+            new = replace(req, state=RequestState.VALIDATED, version=req.version + 1)
+            async with self.deps.db.write() as s:
+                await request_repo.update(s, old=req, new=new, now_ms=self.deps.now())
+            req = new
+        await self._announce(req)
+
+    async def _announce(self, req: LandRequest) -> None:
+        await self.deps.publish_logs([
+            status_log(req.queue, req.id, "validated", now=self.deps.now(), version=req.version)])
+        await self.deps.publish(BATCH, EntityMsg(id=req.id, queue=req.queue),
+                                partition_key=req.queue, message_id=req.id)

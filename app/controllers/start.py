@@ -1,0 +1,39 @@
+"""``start``: persist a new land request and hand it to validation.
+
+| Loaded state | Relative to checkpoint | Action |
+|---|---|---|
+| request missing | before | create it ``started`` (v1); log ``started``; publish ``validate`` |
+| request ``started`` | at | skip the write; replay the log and ``validate`` with the same ids |
+| any later state | beyond | ack |
+"""
+
+from __future__ import annotations
+
+from app.controllers.common import Deps, load_request, status_log
+from app.db.repos import requests as request_repo
+from app.domain.entities import LandRequest
+from app.domain.messages import VALIDATE, EntityMsg, LandRequestMsg
+from app.domain.states import RequestState
+from app.queue import Delivery
+
+
+class StartController:
+    def __init__(self, deps: Deps) -> None:
+        self.deps = deps
+
+    async def process(self, delivery: Delivery) -> None:
+        msg = LandRequestMsg.model_validate(delivery.payload)
+        current = await load_request(self.deps, msg.queue, msg.id)
+        if current is None:
+            request = LandRequest(
+                queue=msg.queue, id=msg.id, change_uris=tuple(msg.change_uris),
+                strategy=msg.strategy, state=RequestState.STARTED, version=1,
+            )
+            async with self.deps.db.write() as s:
+                await request_repo.create(s, request=request, now_ms=self.deps.now())
+        elif current.state is not RequestState.STARTED:
+            return
+        await self.deps.publish_logs(
+            [status_log(msg.queue, msg.id, "started", now=self.deps.now(), version=1)])
+        await self.deps.publish(VALIDATE, EntityMsg(id=msg.id, queue=msg.queue),
+                                partition_key=msg.queue, message_id=msg.id)

@@ -1,0 +1,1 @@
+"""Repositories: all SQL of the application, one module per aggregate."""

@@ -1,0 +1,79 @@
+"""Batches and request-batch associations (orchestrator-owned)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.dialect import insert_ignore
+from app.db.locking import conditional_update
+from app.db.repos._rows import batch_from_row, dumps
+from app.db.tables import batches as t
+from app.db.tables import request_batches as rb
+from app.domain.entities import Batch
+from app.domain.errors import NotFound
+from app.domain.ids import batch_number
+from app.domain.states import BatchState
+
+
+async def create(session: AsyncSession, *, batch: Batch, now_ms: int) -> None:
+    """Insert a new batch (version 1) and associate each member request with it."""
+    await session.execute(sa.insert(t).values(
+        queue=batch.queue, id=batch.id, contains_json=dumps(list(batch.contains)),
+        dependencies_json=dumps(list(batch.dependencies)), state=batch.state.value,
+        version=batch.version, failure_reason=batch.failure_reason,
+        created_at_ms=now_ms, updated_at_ms=now_ms,
+    ))
+    for request_id in batch.contains:
+        await session.execute(insert_ignore(session, rb).values(
+            queue=batch.queue, request_id=request_id, batch_id=batch.id))
+
+
+async def get(session: AsyncSession, *, queue: str, id: str) -> Batch:
+    row = (await session.execute(sa.select(t).where(t.c.queue == queue, t.c.id == id))).first()
+    if row is None:
+        raise NotFound(f"batch {id!r} does not exist in queue {queue!r}")
+    return batch_from_row(row)
+
+
+async def get_many(session: AsyncSession, *, queue: str, ids: Iterable[str]) -> dict[str, Batch]:
+    wanted = sorted(set(ids))
+    if not wanted:
+        return {}
+    rows = await session.execute(sa.select(t).where(t.c.queue == queue, t.c.id.in_(wanted)))
+    return {r.id: batch_from_row(r) for r in rows}
+
+
+async def list_by_states(
+    session: AsyncSession, *, queue: str, states: Sequence[BatchState]
+) -> list[Batch]:
+    """Batches in any of the states, oldest (lowest number) first."""
+    rows = await session.execute(
+        sa.select(t).where(t.c.queue == queue, t.c.state.in_([s.value for s in states]))
+    )
+    return sorted((batch_from_row(r) for r in rows), key=lambda b: batch_number(b.id))
+
+
+async def for_request(session: AsyncSession, *, queue: str, request_id: str) -> list[Batch]:
+    """Every batch the request was associated with, oldest first."""
+    rows = await session.execute(
+        sa.select(t).join(rb, sa.and_(rb.c.queue == t.c.queue, rb.c.batch_id == t.c.id))
+        .where(rb.c.queue == queue, rb.c.request_id == request_id)
+    )
+    return sorted((batch_from_row(r) for r in rows), key=lambda b: batch_number(b.id))
+
+
+async def update(session: AsyncSession, *, old: Batch, new: Batch, now_ms: int) -> None:
+    await conditional_update(
+        session, t, key={"queue": old.queue, "id": old.id}, old_version=old.version,
+        new_version=new.version,
+        values={
+            "state": new.state.value,
+            "dependencies_json": dumps(list(new.dependencies)),
+            "contains_json": dumps(list(new.contains)),
+            "failure_reason": new.failure_reason,
+            "updated_at_ms": now_ms,
+        },
+    )

@@ -1,0 +1,270 @@
+"""The request log and its projections (gateway-owned): ``request_summaries``,
+``request_log`` and ``change_uri_requests``.
+
+Only the gateway reads and writes these tables. ``persist_log`` is the one
+materializer: every status or event — written directly by the gateway
+(``accepted``, ``cancelling``) or arriving on the ``log`` topic — goes through it,
+so redelivered and reordered entries fold into the same summary
+(see ``app/domain/materializer.py`` for the precedence rules).
+
+A summary still ``accepting`` (its ``start`` publish failed or has not happened
+yet) is invisible: ``get_summary`` raises ``NotFound`` and the lists skip it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import Collection, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.dialect import insert_ignore
+from app.db.engine import Database
+from app.db.locking import conditional_update
+from app.db.tables import change_uri_requests as uri_t
+from app.db.tables import request_log as log_t
+from app.db.tables import request_summaries as sum_t
+from app.domain.entities import RequestLog, RequestSummary
+from app.domain.errors import AlreadyExists, NotFound, ValidationError, VersionMismatch
+from app.domain.materializer import StatusPoint, log_wins
+from app.domain.states import LogType, PublicStatus
+
+ACCEPTING = PublicStatus.ACCEPTING.value
+PERSIST_ATTEMPTS = 10
+_VISIBLE_STATUSES = frozenset(s.value for s in PublicStatus if s is not PublicStatus.ACCEPTING)
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def _summary_from_row(r: Any) -> RequestSummary:
+    return RequestSummary(
+        queue=r.queue, request_id=r.request_id,
+        change_uris=tuple(json.loads(r.change_uris_json)), received_at_ms=r.received_at_ms,
+        status=r.status, request_version=r.request_version,
+        status_timestamp_ms=r.status_timestamp_ms, version=r.version,
+        last_error=r.last_error or "", metadata=json.loads(r.metadata_json or "{}"),
+    )
+
+
+def _log_from_row(r: Any) -> RequestLog:
+    return RequestLog(
+        queue=r.queue, request_id=r.request_id, timestamp_ms=r.timestamp_ms,
+        type=LogType(r.type), status=r.status or "", event=r.event or "",
+        request_version=r.request_version, last_error=r.last_error or "",
+        metadata=json.loads(r.metadata_json or "{}"), log_id=r.log_id,
+    )
+
+
+# --- summaries ------------------------------------------------------------------
+
+
+async def create_summary(
+    session: AsyncSession, *, queue: str, request_id: str, change_uris: Sequence[str],
+    received_at_ms: int,
+) -> RequestSummary:
+    """Record a receipt: summary ``accepting`` (version 1) and one mapping per change URI."""
+    summary = RequestSummary(
+        queue=queue, request_id=request_id, change_uris=tuple(change_uris),
+        received_at_ms=received_at_ms, status=ACCEPTING, request_version=0,
+        status_timestamp_ms=received_at_ms, version=1,
+    )
+    try:
+        await session.execute(sa.insert(sum_t).values(
+            queue=queue, request_id=request_id, change_uris_json=_dumps(list(change_uris)),
+            received_at_ms=received_at_ms, status=ACCEPTING, request_version=0,
+            status_timestamp_ms=received_at_ms, version=1, last_error="", metadata_json="{}",
+        ))
+    except IntegrityError as exc:
+        raise AlreadyExists(f"request {request_id!r} already exists in queue {queue!r}") from exc
+    if change_uris:
+        await session.execute(insert_ignore(session, uri_t), [
+            {"queue": queue, "change_uri": uri, "request_id": request_id,
+             "received_at_ms": received_at_ms}
+            for uri in change_uris
+        ])
+    return summary
+
+
+async def find_summary(
+    session: AsyncSession, *, queue: str, request_id: str
+) -> RequestSummary | None:
+    """The stored summary, ``accepting`` included (the materializer needs it)."""
+    row = (await session.execute(
+        sa.select(sum_t).where(sum_t.c.queue == queue, sum_t.c.request_id == request_id)
+    )).first()
+    return _summary_from_row(row) if row is not None else None
+
+
+async def get_summary(session: AsyncSession, *, queue: str, request_id: str) -> RequestSummary:
+    """The visible summary; ``NotFound`` if missing or still ``accepting``."""
+    summary = await find_summary(session, queue=queue, request_id=request_id)
+    if summary is None or summary.status == ACCEPTING:
+        raise NotFound(f"request {request_id!r} does not exist in queue {queue!r}")
+    return summary
+
+
+async def list_summaries(
+    session: AsyncSession, *, queue: str, limit: int, since_ms: int | None = None,
+    until_ms: int | None = None, status: str | None = None, change_uri: str | None = None,
+    after: tuple[int, str] | None = None,
+) -> list[RequestSummary]:
+    """Visible summaries of ``queue``, newest first (``received_at_ms DESC, request_id
+    DESC``), received in ``[since_ms, until_ms)``; ``after`` is the keyset position of
+    the last row of the previous page. Ask ``limit + 1`` to learn if a page follows."""
+    conditions: list[sa.ColumnElement[bool]] = [
+        sum_t.c.queue == queue, sum_t.c.status != ACCEPTING,
+    ]
+    if status is not None:
+        conditions.append(sum_t.c.status == status)
+    if since_ms is not None:
+        conditions.append(sum_t.c.received_at_ms >= since_ms)
+    if until_ms is not None:
+        conditions.append(sum_t.c.received_at_ms < until_ms)
+    if change_uri is not None:
+        conditions.append(sum_t.c.request_id.in_(
+            sa.select(uri_t.c.request_id)
+            .where(uri_t.c.queue == queue, uri_t.c.change_uri == change_uri)
+            .scalar_subquery()
+        ))
+    if after is not None:
+        ts, rid = after
+        conditions.append(sa.or_(
+            sum_t.c.received_at_ms < ts,
+            sa.and_(sum_t.c.received_at_ms == ts, sum_t.c.request_id < rid),
+        ))
+    stmt = (
+        sa.select(sum_t).where(*conditions)
+        .order_by(sum_t.c.received_at_ms.desc(), sum_t.c.request_id.desc())
+        .limit(limit)
+    )
+    return [_summary_from_row(r) for r in (await session.execute(stmt)).all()]
+
+
+async def summaries_by_change_uri(
+    session: AsyncSession, *, queue: str, change_uri: str, limit: int = 101
+) -> list[RequestSummary]:
+    """Visible requests that carried ``change_uri``, newest first."""
+    return await list_summaries(session, queue=queue, limit=limit, change_uri=change_uri)
+
+
+async def counts_by_status(
+    session: AsyncSession, *, queues: Collection[str] | None = None
+) -> dict[str, dict[str, int]]:
+    """``{queue: {status: n}}`` of visible summaries (queues without any are absent)."""
+    stmt = (
+        sa.select(sum_t.c.queue, sum_t.c.status, sa.func.count())
+        .where(sum_t.c.status != ACCEPTING)
+        .group_by(sum_t.c.queue, sum_t.c.status)
+    )
+    if queues is not None:
+        stmt = stmt.where(sum_t.c.queue.in_(list(queues)))
+    out: dict[str, dict[str, int]] = {}
+    for queue, status, n in (await session.execute(stmt)).all():
+        out.setdefault(queue, {})[status] = int(n)
+    return out
+
+
+# --- the log ----------------------------------------------------------------------
+
+
+async def append_log(session: AsyncSession, *, entry: RequestLog) -> bool:
+    """Store one history row once per ``(queue, request_id, log_id)``; True if inserted."""
+    result = await session.execute(insert_ignore(session, log_t).values(
+        queue=entry.queue, request_id=entry.request_id, log_id=entry.log_id,
+        timestamp_ms=entry.timestamp_ms, type=entry.type.value, status=entry.status,
+        event=entry.event, request_version=entry.request_version,
+        last_error=entry.last_error, metadata_json=_dumps(entry.metadata),
+    ))
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+async def history(session: AsyncSession, *, queue: str, request_id: str) -> list[RequestLog]:
+    """Every stored entry of a request, oldest first (``timestamp_ms``, then arrival)."""
+    stmt = (
+        sa.select(log_t)
+        .where(log_t.c.queue == queue, log_t.c.request_id == request_id)
+        .order_by(log_t.c.timestamp_ms, log_t.c.id)
+    )
+    return [_log_from_row(r) for r in (await session.execute(stmt)).all()]
+
+
+async def update_summary_status(
+    session: AsyncSession, *, summary: RequestSummary, entry: RequestLog
+) -> RequestSummary:
+    """Conditionally write ``entry``'s status onto ``summary`` (version + 1)."""
+    new = RequestSummary(
+        queue=summary.queue, request_id=summary.request_id, change_uris=summary.change_uris,
+        received_at_ms=summary.received_at_ms, status=entry.status,
+        request_version=entry.request_version, status_timestamp_ms=entry.timestamp_ms,
+        version=summary.version + 1, last_error=entry.last_error, metadata=dict(entry.metadata),
+    )
+    await conditional_update(
+        session, sum_t,
+        key={"queue": summary.queue, "request_id": summary.request_id},
+        old_version=summary.version, new_version=new.version,
+        values={
+            "status": new.status, "request_version": new.request_version,
+            "status_timestamp_ms": new.status_timestamp_ms, "last_error": new.last_error,
+            "metadata_json": _dumps(new.metadata),
+        },
+    )
+    return new
+
+
+def check_entry(entry: RequestLog) -> None:
+    """Reject an entry that could not be folded sensibly (``ValidationError``)."""
+    if not entry.log_id:
+        raise ValidationError("a request log entry needs a log_id (its idempotency key)")
+    if entry.type is LogType.STATUS and entry.status not in _VISIBLE_STATUSES:
+        raise ValidationError(
+            f"status entry {entry.log_id!r} has status {entry.status!r}; expected one of "
+            f"{sorted(_VISIBLE_STATUSES)}"
+        )
+    if entry.type is LogType.EVENT and not entry.event:
+        raise ValidationError(f"event entry {entry.log_id!r} names no event")
+
+
+def entry_wins(entry: RequestLog, summary: RequestSummary) -> bool:
+    return log_wins(
+        entry.type,
+        StatusPoint(entry.status, entry.request_version, entry.timestamp_ms),
+        StatusPoint(summary.status, summary.request_version, summary.status_timestamp_ms),
+    )
+
+
+async def persist_log(db: Database, entry: RequestLog) -> None:
+    """The materializer: append ``entry`` to the history (once per log id) and fold it
+    into the summary if it wins; a lost race reloads and classifies again.
+
+    Each attempt is one transaction (append + fold), so history and summary never
+    disagree. A redelivered entry is not stored twice but is folded again, which
+    repairs a summary whose write was lost. Raises ``NotFound`` when the request has
+    no summary (not retryable), ``ValidationError`` for a malformed entry and
+    ``VersionMismatch`` (retryable) if every attempt lost its race.
+    """
+    check_entry(entry)
+    for attempt in range(1, PERSIST_ATTEMPTS + 1):
+        try:
+            async with db.write() as session:
+                await append_log(session, entry=entry)
+                summary = await find_summary(
+                    session, queue=entry.queue, request_id=entry.request_id
+                )
+                if summary is None:
+                    raise NotFound(
+                        f"request {entry.request_id!r} does not exist in queue {entry.queue!r}"
+                    )
+                if entry_wins(entry, summary):
+                    await update_summary_status(session, summary=summary, entry=entry)
+            return
+        except VersionMismatch:
+            if attempt == PERSIST_ATTEMPTS:
+                raise
+            await asyncio.sleep(random.uniform(0, 0.002 * attempt))

@@ -1,0 +1,105 @@
+"""Path sets, builds and path-build links (orchestrator-owned)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.dialect import insert_ignore
+from app.db.locking import conditional_update
+from app.db.repos._rows import build_from_row, entries_from_json, entries_to_json
+from app.db.tables import builds as bt
+from app.db.tables import path_builds as pbt
+from app.db.tables import path_sets as pst
+from app.domain.entities import Build, PathSet
+from app.domain.errors import NotFound, VersionMismatch
+
+
+async def path_sets(
+    session: AsyncSession, *, queue: str, heads: Iterable[str]
+) -> dict[str, PathSet]:
+    """Stored path sets by head; heads without one get an empty set at version 0."""
+    wanted = sorted(set(heads))
+    out = {h: PathSet(queue=queue, head=h) for h in wanted}
+    if wanted:
+        rows = await session.execute(
+            sa.select(pst).where(pst.c.queue == queue, pst.c.head.in_(wanted)))
+        for r in rows:
+            out[r.head] = PathSet(queue=queue, head=r.head,
+                                  entries=entries_from_json(r.entries_json), version=r.version)
+    return out
+
+
+async def save_path_set(session: AsyncSession, *, old: PathSet, new: PathSet) -> None:
+    """Create (old version 0) or replace wholesale with a conditional write."""
+    if old.version == 0:
+        result = await session.execute(insert_ignore(session, pst).values(
+            queue=new.queue, head=new.head, entries_json=entries_to_json(new.entries),
+            version=new.version))
+        if not result.rowcount:  # type: ignore[attr-defined]
+            raise VersionMismatch(f"path set of {new.head!r} was created concurrently")
+        return
+    await conditional_update(
+        session, pst, key={"queue": old.queue, "head": old.head}, old_version=old.version,
+        new_version=new.version, values={"entries_json": entries_to_json(new.entries)})
+
+
+async def create_build(session: AsyncSession, *, build: Build, now_ms: int) -> None:
+    await session.execute(insert_ignore(session, bt).values(
+        queue=build.queue, id=build.id, batch_id=build.batch_id, path_id=build.path_id,
+        attempt=build.attempt, status=build.status.value, version=build.version,
+        log_url=build.log_url, created_at_ms=now_ms, updated_at_ms=now_ms))
+
+
+async def get_build(session: AsyncSession, *, queue: str, id: str) -> Build:
+    row = (await session.execute(
+        sa.select(bt).where(bt.c.queue == queue, bt.c.id == id))).first()
+    if row is None:
+        raise NotFound(f"build {id!r} does not exist in queue {queue!r}")
+    return build_from_row(row)
+
+
+async def builds_by_id(
+    session: AsyncSession, *, queue: str, ids: Iterable[str]
+) -> dict[str, Build]:
+    wanted = sorted(set(ids))
+    if not wanted:
+        return {}
+    rows = await session.execute(sa.select(bt).where(bt.c.queue == queue, bt.c.id.in_(wanted)))
+    return {r.id: build_from_row(r) for r in rows}
+
+
+async def update_build(session: AsyncSession, *, old: Build, new: Build, now_ms: int) -> None:
+    await conditional_update(
+        session, bt, key={"queue": old.queue, "id": old.id}, old_version=old.version,
+        new_version=new.version,
+        values={"status": new.status.value, "log_url": new.log_url, "updated_at_ms": now_ms})
+
+
+async def link(session: AsyncSession, *, queue: str, path_id: str, attempt: int,
+               build_id: str) -> str:
+    """Write-once link of (path, attempt) to a build; returns the build id that holds it."""
+    await session.execute(insert_ignore(session, pbt).values(
+        queue=queue, path_id=path_id, attempt=attempt, build_id=build_id))
+    held = await get_link(session, queue=queue, path_id=path_id, attempt=attempt)
+    assert held is not None
+    return held
+
+
+async def get_link(session: AsyncSession, *, queue: str, path_id: str, attempt: int) -> str | None:
+    row = (await session.execute(sa.select(pbt.c.build_id).where(
+        pbt.c.queue == queue, pbt.c.path_id == path_id, pbt.c.attempt == attempt))).first()
+    return row.build_id if row else None
+
+
+async def links(session: AsyncSession, *, queue: str,
+                keys: Iterable[tuple[str, int]]) -> dict[tuple[str, int], str]:
+    wanted = set(keys)
+    if not wanted:
+        return {}
+    path_ids = sorted({p for p, _ in wanted})
+    rows = await session.execute(sa.select(pbt).where(
+        pbt.c.queue == queue, pbt.c.path_id.in_(path_ids)))
+    return {(r.path_id, r.attempt): r.build_id for r in rows if (r.path_id, r.attempt) in wanted}

@@ -1,0 +1,1 @@
+"""Build runners: start, poll and cancel the builds of speculation paths."""

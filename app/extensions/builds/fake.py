@@ -1,0 +1,115 @@
+"""A build runner that builds nothing: the outcome is decided at trigger time.
+
+Stateless across restarts: the build id carries all there is to know,
+``fake-<12 hex>-<finish_at_ms>-<outcome>`` with outcome ``succeeded``, ``failed`` or
+``error``. Any process (a restarted worker too) reads the status from the id and the
+wall clock. Only cancellations live in memory (a set per runner): after a restart a
+cancelled, unfinished build reports RUNNING and then its outcome, which a fake may.
+
+Tokens (``sq-fake=<token>``), read from every change of the request, base and head:
+
+| Token | Effect |
+|---|---|
+| ``trigger-error`` | ``trigger`` raises ``ConnectionError`` (retryable infrastructure error) |
+| ``build-error`` | ``status`` raises ``ConnectionError`` (the queue retries, then dead-letters) |
+| ``build-fail`` | the build finishes FAILED |
+
+Precedence: ``trigger-error`` > ``build-error`` > ``build-fail``. The build takes the
+runner's ``delay_ms``, or the largest ``sq-build-ms=<n>`` among the head changes.
+Before it finishes the status is RUNNING. A build cancelled before it finished reports
+CANCELLED from then on; a cancel after it finished changes nothing.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from app.domain.change_uri import parse_change_uri
+from app.domain.states import BuildStatus
+from app.extensions.base import BuildReport, BuildRequest
+
+TRIGGER_ERROR = "trigger-error"
+BUILD_ERROR = "build-error"
+BUILD_FAIL = "build-fail"
+
+_ID = re.compile(r"^fake-(?P<nonce>[0-9a-f]{12})-(?P<finish>[0-9]{1,16})-"
+                 r"(?P<outcome>succeeded|failed|error)$")
+
+
+class UnknownBuild(ValueError):
+    """The id was not issued by a fake build runner."""
+
+    retryable = False
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class FakeBuildId:
+    nonce: str
+    finish_at_ms: int
+    outcome: str  # succeeded | failed | error
+
+    def __str__(self) -> str:
+        return f"fake-{self.nonce}-{self.finish_at_ms}-{self.outcome}"
+
+    @classmethod
+    def parse(cls, build_id: str) -> FakeBuildId:
+        m = _ID.match(build_id) if isinstance(build_id, str) else None
+        if m is None:
+            raise UnknownBuild(
+                f"unknown build id {build_id!r}: a fake build id looks like "
+                "fake-<12 hex>-<finish_at_ms>-<succeeded|failed|error>"
+            )
+        return cls(m["nonce"], int(m["finish"]), m["outcome"])
+
+
+class FakeBuildRunner:
+    def __init__(self, delay_ms: int = 0, clock: Callable[[], int] = wall_clock_ms) -> None:
+        """``clock`` returns milliseconds since the epoch (wall clock: ids outlive processes)."""
+        if delay_ms < 0:
+            raise ValueError(f"delay_ms must be >= 0, got {delay_ms}")
+        self.delay_ms = delay_ms
+        self.clock = clock
+        self._cancelled: set[str] = set()
+
+    async def trigger(self, request: BuildRequest) -> str:
+        all_changes = [parse_change_uri(u) for u in (*request.base_changes, *request.head_changes)]
+        tokens: set[str] = set().union(*(c.fake_tokens for c in all_changes))
+        if TRIGGER_ERROR in tokens:
+            raise ConnectionError("fake build service refused the trigger")
+        if BUILD_ERROR in tokens:
+            outcome = "error"
+        elif BUILD_FAIL in tokens:
+            outcome = "failed"
+        else:
+            outcome = "succeeded"
+        heads = all_changes[len(request.base_changes):]
+        delays = [int(c.markers["sq-build-ms"]) for c in heads if "sq-build-ms" in c.markers]
+        delay = max(delays) if delays else self.delay_ms
+        return str(FakeBuildId(uuid.uuid4().hex[:12], self.clock() + delay, outcome))
+
+    async def status(self, build_id: str) -> BuildReport:
+        bid = FakeBuildId.parse(build_id)
+        if build_id in self._cancelled:  # recorded only if cancelled before it finished
+            return BuildReport(BuildStatus.CANCELLED, detail="cancelled")
+        if bid.outcome == "error":
+            raise ConnectionError(f"fake build service lost build {build_id} ({BUILD_ERROR})")
+        if self.clock() < bid.finish_at_ms:
+            return BuildReport(BuildStatus.RUNNING)
+        if bid.outcome == "failed":
+            return BuildReport(
+                BuildStatus.FAILED, detail=f"fake build failed: a change carries {BUILD_FAIL}"
+            )
+        return BuildReport(BuildStatus.SUCCEEDED)
+
+    async def cancel(self, build_id: str) -> None:
+        bid = FakeBuildId.parse(build_id)
+        if self.clock() < bid.finish_at_ms:
+            self._cancelled.add(build_id)

@@ -1,0 +1,1 @@
+"""Change providers: what a change touches and who wrote it."""

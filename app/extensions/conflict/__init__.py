@@ -1,0 +1,1 @@
+"""Conflict analyzers: which in-flight batches a new batch must wait for."""

@@ -1,0 +1,1 @@
+"""Mergers: dry-run and apply the changes of a batch onto the target."""

@@ -1,0 +1,1 @@
+"""Scorers: how likely a batch is to land, for speculation."""

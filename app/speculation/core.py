@@ -1,0 +1,134 @@
+"""Pure rules of speculation: refutation, settlement, verdicts, folding build results,
+and the first (simple) speculator with a sticky budget. No I/O.
+
+A *path* assumes, for each dependency of its head batch, that the dependency
+``succeeds`` (built on top of it) or ``fails`` (built without it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+from app.domain.entities import Batch, Build, PathEntry, SpeculationPath
+from app.domain.states import Assumption, BatchState, BuildStatus, PathStatus
+
+
+class Resolution(StrEnum):
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"  # failed or cancelled: it will not land
+    UNRESOLVED = "unresolved"
+
+
+def resolution(state: BatchState) -> Resolution:
+    if state is BatchState.SUCCEEDED:
+        return Resolution.SUCCEEDED
+    if state in (BatchState.FAILED, BatchState.CANCELLED):
+        return Resolution.FAILED
+    return Resolution.UNRESOLVED
+
+
+def broken(path: SpeculationPath, res: Mapping[str, Resolution]) -> bool:
+    """A settled dependency contradicts one of the path's assumptions."""
+    for dep, assumption in path.dependencies:
+        r = res.get(dep, Resolution.UNRESOLVED)
+        if assumption is Assumption.SUCCEEDS and r is Resolution.FAILED:
+            return True
+        if assumption is Assumption.FAILS and r is Resolution.SUCCEEDED:
+            return True
+    return False
+
+
+def settled(path: SpeculationPath, res: Mapping[str, Resolution]) -> bool:
+    """Every assumption came true: the path is exactly what trunk will contain."""
+    return not broken(path, res) and all(
+        res.get(dep, Resolution.UNRESOLVED) is not Resolution.UNRESOLVED
+        for dep, _ in path.dependencies
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    kind: str  # "merge" | "fail" | "wait"
+    path_id: str | None = None
+    reason: str = ""
+
+
+WAIT = Verdict("wait")
+NO_PATH_PASSED = "no speculation path could pass; every candidate build failed"
+
+
+def decide(head: Batch, entries: Sequence[PathEntry], res: Mapping[str, Resolution]) -> Verdict:
+    """Merge on a passed path whose assumptions all came true; fail when every
+    dependency is settled and every unbroken path failed; otherwise wait."""
+    unbroken = [e for e in entries if not broken(e.path, res)]
+    for e in unbroken:
+        if e.status is PathStatus.PASSED and settled(e.path, res):
+            return Verdict("merge", e.id)
+    all_settled = all(res.get(d, Resolution.UNRESOLVED) is not Resolution.UNRESOLVED
+                      for d in head.dependencies)
+    if all_settled and unbroken and all(e.status is PathStatus.FAILED for e in unbroken):
+        return Verdict("fail", reason=NO_PATH_PASSED)
+    return WAIT
+
+
+def fold(entry: PathEntry, build: Build | None, linked: bool, now: int) -> PathEntry:
+    """Fold what the builds say into a path entry's status (observations only)."""
+    status = entry.status
+    if status is PathStatus.CANCELLING:
+        if not linked or (build is not None and build.status.terminal):
+            status = PathStatus.CANCELLED
+    elif status in (PathStatus.PENDING, PathStatus.BUILDING) and build is not None:
+        status = _BUILD_TO_PATH.get(build.status, PathStatus.BUILDING)
+    return entry if status is entry.status else replace(entry, status=status, updated_at_ms=now)
+
+
+_BUILD_TO_PATH = {
+    BuildStatus.ACCEPTED: PathStatus.BUILDING,
+    BuildStatus.RUNNING: PathStatus.BUILDING,
+    BuildStatus.SUCCEEDED: PathStatus.PASSED,
+    BuildStatus.FAILED: PathStatus.FAILED,
+    BuildStatus.CANCELLED: PathStatus.CANCELLED,
+}
+
+
+def cancel(entry: PathEntry, *, linked: bool, now: int) -> PathEntry:
+    """Stop a live path: ``cancelling`` until its build ends (``cancelled`` if none)."""
+    if entry.status.terminal:
+        return entry
+    status = PathStatus.CANCELLING if linked else PathStatus.CANCELLED
+    return replace(entry, status=status, updated_at_ms=now)
+
+
+def likely_path(head: Batch, res: Mapping[str, Resolution]) -> SpeculationPath:
+    """The simple speculator's one candidate: settled dependencies as they ended,
+    unsettled ones assumed to land."""
+    return SpeculationPath(head=head.id, dependencies=tuple(
+        (d, Assumption.FAILS if res.get(d) is Resolution.FAILED else Assumption.SUCCEEDS)
+        for d in head.dependencies))
+
+
+def sticky_fund(
+    heads: Sequence[Batch],
+    entries: Mapping[str, Sequence[PathEntry]],
+    res: Mapping[str, Resolution],
+    budget: int,
+) -> list[SpeculationPath]:
+    """Fill free build slots, oldest head first; never preempt a funded path."""
+    funded = sum(1 for es in entries.values() for e in es if e.status.live)
+    free = budget - funded
+    out: list[SpeculationPath] = []
+    for head in heads:
+        if free <= 0:
+            break
+        path = likely_path(head, res)
+        if any(e.id == path.id for e in entries.get(head.id, ())):
+            continue
+        out.append(path)
+        free -= 1
+    return out
+
+
+def live(entries: Iterable[PathEntry]) -> list[PathEntry]:
+    return [e for e in entries if e.status.live]

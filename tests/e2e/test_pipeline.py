@@ -1,0 +1,148 @@
+"""The land pipeline end to end over HTTP, on SQLite and PostgreSQL, with and without
+chaos delivery (every message handled twice, a fraction of runs failing after their
+writes)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from app.domain import messages as m
+from tests.conftest import BACKENDS
+from tests.e2e.harness import Server, change, serve
+
+HAPPY_TRAIL = ["accepted", "started", "validating", "validated", "batching", "batched",
+               "speculating", "speculated", "landing", "landed"]
+
+MODES = [pytest.param({}, id="plain"),
+         pytest.param({"queue_chaos_duplicate": True, "queue_chaos_fail_rate": 0.2},
+                      id="chaos")]
+
+pytestmark = [
+    pytest.mark.parametrize("database_url", BACKENDS, indirect=True),
+    pytest.mark.parametrize("mode", MODES),
+    pytest.mark.timeout(90),
+]
+
+
+async def assert_clean_history(server: Server, sqid: str) -> None:
+    """Every status appears once, in a legal order, ending in one terminal status."""
+    statuses = await server.statuses(sqid)
+    assert len(statuses) == len(set(statuses)), statuses
+    terminal = [s for s in statuses if s in ("landed", "error", "cancelled")]
+    assert len(terminal) == 1 and statuses[-1] == terminal[0], statuses
+
+
+async def test_happy_path_trail(database_url: str, mode: dict, tmp_path: Path) -> None:
+    async with serve(database_url, tmp_path, **mode) as server:
+        sqid = await server.land(change("happy", files="a/x.py"))
+        assert await server.wait_terminal(sqid) == "landed"
+        assert await server.statuses(sqid) == HAPPY_TRAIL
+        events = [e["event"] for e in await server.history(sqid) if e["type"] == "event"]
+        assert events == ["building", "built"]
+        summary = await server.summary(sqid)
+        assert summary["metadata"]["batch_id"] == "demo/batch/1"
+
+
+async def test_a_failing_change_is_evicted_and_the_next_one_still_lands(
+    database_url: str, mode: dict, tmp_path: Path
+) -> None:
+    async with serve(database_url, tmp_path, **mode) as server:
+        bad = await server.land(change("bad", files="lib/a.py", fake="build-fail",
+                                       build_ms=3000))
+        await server.wait_status(bad, {"batched", "speculating"})
+        good = await server.land(change("good", files="lib/b.py"))
+        assert await server.wait_terminal(bad) == "error"
+        assert await server.wait_terminal(good) == "landed"
+        bad_summary = await server.summary(bad)
+        assert "no speculation path could pass" in bad_summary["last_error"]
+        batched = [e for e in await server.history(good) if e.get("status") == "batched"]
+        assert batched[0]["metadata"]["dependencies"] == ["demo/batch/1"]
+        await assert_clean_history(server, bad)
+        await assert_clean_history(server, good)
+
+
+async def test_independent_folders_do_not_wait_on_each_other(
+    database_url: str, mode: dict, tmp_path: Path
+) -> None:
+    async with serve(database_url, tmp_path, **mode) as server:
+        slow = await server.land(change("slow", files="alpha/a.py", build_ms=10_000))
+        await server.wait_status(slow, {"speculating"})
+        fast = await server.land(change("fast", files="beta/b.py"))
+        assert await server.wait_terminal(fast, timeout=20) == "landed"
+        assert (await server.summary(slow))["status"] == "speculating"
+        batched = [e for e in await server.history(fast) if e.get("status") == "batched"]
+        assert batched[0]["metadata"]["dependencies"] == []
+        assert await server.wait_terminal(slow) == "landed"
+
+
+async def test_duplicate_land_of_an_in_flight_change_is_rejected(
+    database_url: str, mode: dict, tmp_path: Path
+) -> None:
+    async with serve(database_url, tmp_path, **mode) as server:
+        uri = change("dup", files="d/x.py", build_ms=2000)
+        first = await server.land(uri)
+        await server.wait_status(first, {"batched", "speculating"})
+        second = await server.land(uri)
+        assert await server.wait_terminal(second) == "error"
+        assert f"duplicate of in-flight request {first}" in (
+            await server.summary(second))["last_error"]
+        assert await server.wait_terminal(first) == "landed"
+        await assert_clean_history(server, second)
+
+
+async def test_a_merge_conflict_ends_in_error_with_the_paths(
+    database_url: str, mode: dict, tmp_path: Path
+) -> None:
+    async with serve(database_url, tmp_path, **mode) as server:
+        sqid = await server.land(change("conflict", files="c/x.py", fake="merge-conflict"))
+        assert await server.wait_terminal(sqid) == "error"
+        assert "merge conflict" in (await server.summary(sqid))["last_error"]
+        await assert_clean_history(server, sqid)
+
+
+async def test_cancel_before_batching_never_lands(
+    database_url: str, mode: dict, tmp_path: Path
+) -> None:
+    async with serve(database_url, tmp_path, **mode) as server:
+        broker = server.runtime.broker
+        await broker.pause(m.ORCHESTRATOR_GROUP, m.BATCH, reason="test")
+        sqid = await server.land(change("early", files="e/x.py"))
+        await server.wait_status(sqid, {"validated"})
+        assert (await server.cancel(sqid, "changed my mind")).status_code == 202
+        assert await server.wait_terminal(sqid) == "cancelled"
+        await broker.resume(m.ORCHESTRATOR_GROUP, m.BATCH)
+        await asyncio.sleep(1.0)  # the batch message is handled and must not revive it
+        assert (await server.summary(sqid))["status"] == "cancelled"
+        statuses = await server.statuses(sqid)
+        assert "landed" not in statuses and "batched" not in statuses
+        await assert_clean_history(server, sqid)
+
+
+async def test_cancel_during_speculation_ends_cancelled(
+    database_url: str, mode: dict, tmp_path: Path
+) -> None:
+    async with serve(database_url, tmp_path, **mode) as server:
+        sqid = await server.land(change("long", files="l/x.py", build_ms=5000))
+        await server.wait_status(sqid, {"speculating"})
+        assert (await server.cancel(sqid)).status_code == 202
+        assert await server.wait_terminal(sqid, timeout=20) == "cancelled"
+        statuses = await server.statuses(sqid)
+        assert "landed" not in statuses and statuses[-1] == "cancelled"
+        assert "cancelling" in statuses
+
+
+async def test_cancel_of_a_terminal_request_is_a_no_op(
+    database_url: str, mode: dict, tmp_path: Path
+) -> None:
+    async with serve(database_url, tmp_path, **mode) as server:
+        sqid = await server.land(change("done", files="n/x.py"))
+        assert await server.wait_terminal(sqid) == "landed"
+        before = await server.history(sqid)
+        r = await server.cancel(sqid)
+        assert r.status_code == 202 and r.json()["status"] == "landed"
+        await asyncio.sleep(0.5)
+        assert (await server.summary(sqid))["status"] == "landed"
+        assert await server.history(sqid) == before
