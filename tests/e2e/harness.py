@@ -92,6 +92,37 @@ class Server:
     async def wait_terminal(self, sqid: str, timeout: float = 30) -> str:
         return await self.wait_status(sqid, TERMINAL, timeout)
 
+    async def statuses_of_queue(self, queue: str = "demo") -> dict[str, str]:
+        """Every request's status via the list API (newest first, all pages)."""
+        out: dict[str, str] = {}
+        cursor: str | None = None
+        while True:
+            params: dict[str, Any] = {"limit": 200}
+            if cursor:
+                params["cursor"] = cursor
+            r = await self.client.get(f"/api/v1/queues/{queue}/requests", params=params)
+            assert r.status_code == 200, r.text
+            body = r.json()
+            out.update({i["sqid"]: i["status"] for i in body["items"]})
+            cursor = body.get("next_cursor")
+            if not cursor:
+                return out
+
+    async def wait_all_terminal(self, sqids: list[str], timeout: float = 120,
+                                queue: str = "demo") -> dict[str, str]:
+        """Poll the list API (one request per page) until every sqid is terminal."""
+        deadline = time.monotonic() + timeout
+        while True:
+            statuses = await self.statuses_of_queue(queue)
+            mine = {s: statuses.get(s, "?") for s in sqids}
+            if all(v in TERMINAL for v in mine.values()):
+                return mine
+            if time.monotonic() > deadline:
+                waiting = {s: v for s, v in mine.items() if v not in TERMINAL}
+                raise AssertionError(f"{len(waiting)} requests not terminal after {timeout}s: "
+                                     f"{dict(list(waiting.items())[:10])}")
+            await asyncio.sleep(0.5)
+
 
 @asynccontextmanager
 async def serve(database_url: str, tmp_path: Path, **overrides: Any) -> AsyncIterator[Server]:
