@@ -1,4 +1,4 @@
-"""State enums; the wire value is the value. See docs/states.md for every transition."""
+"""State enums; the wire value is the value. docs/pipeline.md lists every transition."""
 
 from __future__ import annotations
 
