@@ -45,8 +45,11 @@ class Runtime:
             visibility_timeout_ms=settings.queue_visibility_timeout_ms,
             backoff=Backoff(initial_ms=100, max_ms=10_000),
         ))
+        queue_url = settings.effective_queue_database_url
+        shared_file = queue_url == settings.database_url
         self.broker = Broker(
-            backend_for_url(settings.effective_queue_database_url),
+            backend_for_url(queue_url,
+                            sqlite_write_lock=self.db.write_lock if shared_file else None),
             topology,
             max_payload_bytes=settings.queue_max_payload_bytes,
         )

@@ -61,13 +61,22 @@ class Snapshot:
     links: dict[tuple[str, int], str]
     builds: dict[str, Build]
     decided: set[str] = field(default_factory=set)
+    _res: dict[str, Resolution] | None = None
 
     def active(self, *states: BatchState) -> list[Batch]:
         return sorted((b for b in self.batches.values() if b.state in states),
                       key=lambda b: (b.created_at_ms, b.id))
 
     def res(self) -> dict[str, Resolution]:
-        return {bid: core.resolution(b.state) for bid, b in self.batches.items()}
+        """How every known batch resolved; kept up to date by ``put``."""
+        if self._res is None:
+            self._res = {bid: core.resolution(b.state) for bid, b in self.batches.items()}
+        return self._res
+
+    def put(self, batch: Batch) -> None:
+        self.batches[batch.id] = batch
+        if self._res is not None:
+            self._res[batch.id] = core.resolution(batch.state)
 
     def linked(self, e: PathEntry) -> bool:
         return (e.id, e.attempt) in self.links
@@ -119,7 +128,7 @@ class SpeculateController:
     async def _run(self, queue: str) -> None:
         snap = await self._snapshot(queue)
         for batch in snap.active(BatchState.CREATED):
-            snap.batches[batch.id] = await self._admit(batch)
+            snap.put(await self._admit(batch))
         for batch in snap.active(BatchState.CANCELLING):
             await self._finish_cancelling(snap, batch)
         progress = True
@@ -212,7 +221,7 @@ class SpeculateController:
         async with self.deps.db.write() as s:
             await self._write_set(s, snap, batch.id)
             await batch_repo.update(s, old=batch, new=new, now_ms=now)
-        snap.batches[batch.id] = new
+        snap.put(new)
 
     async def _write_set(self, s: AsyncSession, snap: Snapshot, head: str) -> None:
         if not snap.changed(head):

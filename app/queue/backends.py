@@ -5,8 +5,9 @@
   (group commit), each inside its own savepoint so one failing operation does not
   undo the others. WAL journal, ``synchronous=NORMAL``, ``busy_timeout``.
 - ``PostgresBackend``: an asyncpg pool; each operation runs in its own
-  transaction; a listener connection turns ``NOTIFY`` into local wake-ups so a
-  publish in one process wakes consumers in every process.
+  transaction (an operation of one statement runs in autocommit: the same thing in
+  one round trip instead of three); a listener connection turns ``NOTIFY`` into
+  local wake-ups so a publish in one process wakes consumers in every process.
 """
 
 from __future__ import annotations
@@ -74,8 +75,18 @@ def _drive_sync(conn: sqlite3.Connection, op: Op[T]) -> T:
 class SqliteBackend:
     dialect = SQLITE
 
-    def __init__(self, path: str, *, busy_timeout_ms: int = 10_000, max_batch: int = 512) -> None:
+    def __init__(
+        self,
+        path: str,
+        *,
+        busy_timeout_ms: int = 10_000,
+        max_batch: int = 512,
+        write_lock: asyncio.Lock | None = None,
+    ) -> None:
+        """``write_lock``: an asyncio lock shared with the process's other writers of the
+        same file, so they take turns here instead of in SQLite's sleeping busy handler."""
         self.path = path
+        self._write_lock = write_lock
         self._busy_timeout_ms = busy_timeout_ms
         self._max_batch = max_batch
         self._executor: ThreadPoolExecutor | None = None
@@ -127,9 +138,10 @@ class SqliteBackend:
             del self._pending[: self._max_batch]
             assert self._executor is not None
             try:
-                outcomes = await loop.run_in_executor(
-                    self._executor, self._run_batch, [op for op, _ in batch]
-                )
+                async with self._write_lock or contextlib.nullcontext():
+                    outcomes = await loop.run_in_executor(
+                        self._executor, self._run_batch, [op for op, _ in batch]
+                    )
             except BaseException as exc:  # commit failed: every operation failed
                 outcomes = [(False, exc)] * len(batch)
             for (_, fut), (ok, value) in zip(batch, outcomes, strict=True):
@@ -165,6 +177,13 @@ class SqliteBackend:
         return out
 
 
+async def _keep_session(_conn: Any) -> None:
+    """Reset hook of the pool: the queue leaves no session state behind (no SET,
+    LISTEN, cursors or session-level locks; its advisory locks end with their
+    transaction), so asyncpg's reset query, a round trip on every release, is skipped.
+    asyncpg still rolls back a transaction left open before calling this."""
+
+
 class PostgresBackend:
     dialect = POSTGRES
 
@@ -182,7 +201,9 @@ class PostgresBackend:
         import asyncpg
 
         self._on_notify = on_notify
-        self._pool = await asyncpg.create_pool(self.dsn, min_size=self._min, max_size=self._max)
+        self._pool = await asyncpg.create_pool(
+            self.dsn, min_size=self._min, max_size=self._max, reset=_keep_session
+        )
         self._listen_task = asyncio.create_task(self._listen_forever())
 
     async def _listen_forever(self) -> None:
@@ -229,20 +250,31 @@ class PostgresBackend:
         if self._pool is None:
             op.close()
             raise RuntimeError("the PostgreSQL queue backend is not started")
-        async with self._pool.acquire() as conn, conn.transaction():
-            rows: list[dict[str, Any]] | None = None
+        async with self._pool.acquire() as conn:
             try:
                 stmt = op.send(None)  # type: ignore[arg-type]
-                while True:
-                    sql, args = self._prepare(stmt)
-                    records = await conn.fetch(sql, *args)
-                    rows = [dict(r) for r in records]
-                    stmt = op.send(rows)
             except StopIteration as stop:
                 return stop.value  # type: ignore[no-any-return]
+            if stmt.last:  # one statement: a transaction of its own (autocommit)
+                sql, args = self._prepare(stmt)
+                rows = [dict(r) for r in await conn.fetch(sql, *args)]
+                try:
+                    op.send(rows)
+                except StopIteration as stop:
+                    return stop.value  # type: ignore[no-any-return]
+                op.close()
+                raise RuntimeError("a queue operation went on after its last statement")
+            async with conn.transaction():
+                try:
+                    while True:
+                        sql, args = self._prepare(stmt)
+                        rows = [dict(r) for r in await conn.fetch(sql, *args)]
+                        stmt = op.send(rows)
+                except StopIteration as stop:
+                    return stop.value  # type: ignore[no-any-return]
 
 
-def backend_for_url(url: str) -> Backend:
+def backend_for_url(url: str, *, sqlite_write_lock: asyncio.Lock | None = None) -> Backend:
     if url.startswith("sqlite"):
-        return SqliteBackend(sqlite_path_from_url(url))
+        return SqliteBackend(sqlite_path_from_url(url), write_lock=sqlite_write_lock)
     return PostgresBackend(postgres_dsn_from_url(url))

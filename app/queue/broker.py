@@ -3,11 +3,18 @@
 All durable work is delegated to the operations in ``app/queue/ops.py`` run by a
 backend; this module validates input, keeps the clock, and wakes local consumers
 the moment something they can take is stored.
+
+On PostgreSQL two things are written in batches, with no added delay: acks that
+arrive while an ack is being written go together in the next statement, and a
+publish wakes the consumers of other processes with a NOTIFY sent after its commit,
+one for all topics published while the previous one was being sent (SQLite's
+backend already commits concurrent operations together).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -88,6 +95,10 @@ class Broker:
         self.consumer_name = consumer_name or f"{socket.gethostname()}:{os.getpid()}"
         self._wakers: dict[str, set[asyncio.Event]] = defaultdict(set)
         self._started = False
+        self._acks: list[tuple[ClaimedDelivery, asyncio.Future[bool]]] = []
+        self._ack_writer: asyncio.Task[None] | None = None
+        self._to_notify: set[str] = set()
+        self._notifier: asyncio.Task[None] | None = None
 
     # -- lifecycle ---------------------------------------------------------------
     async def start(self) -> None:
@@ -96,6 +107,10 @@ class Broker:
             self._started = True
 
     async def close(self) -> None:
+        for writer in (self._ack_writer, self._notifier):
+            if writer is not None:
+                with contextlib.suppress(Exception):
+                    await writer
         if self._started:
             await self.backend.close()
             self._started = False
@@ -161,12 +176,30 @@ class Broker:
             ops.Publication(msg, groups, park_if_unread=spec.is_dlq)
             for msg, groups, spec in prepared
         ]
+        dialect = self.backend.dialect
         seqs = await self.backend.run(
-            ops.insert_messages(self.backend.dialect, items, now=self.clock())
+            ops.insert_messages(dialect, items, now=self.clock(), last=True,
+                                notify=not dialect.is_postgres)
         )
         for topic in {msg.topic for msg, _, _ in prepared}:
             self.wake(topic)
+        if dialect.is_postgres:
+            self._notify_others({msg.topic for msg, groups, _ in prepared if groups})
         return [PublishResult(seq=s, created=s is not None) for s in seqs]
+
+    def _notify_others(self, topics: set[str]) -> None:
+        if topics:
+            self._to_notify |= topics
+            if self._notifier is None or self._notifier.done():
+                self._notifier = asyncio.create_task(self._send_notifies())
+
+    async def _send_notifies(self) -> None:
+        while self._to_notify:
+            topics, self._to_notify = sorted(self._to_notify), set()
+            try:
+                await self.backend.run(ops.notify_alone(self.backend.dialect, topics))
+            except Exception:  # consumers elsewhere find the messages when they poll
+                log.warning("could not notify other processes", exc_info=True)
 
     # -- consuming ---------------------------------------------------------------
     async def claim(self, group: str, topic: str, limit: int) -> list[ClaimedDelivery]:
@@ -206,7 +239,40 @@ class Broker:
         return fresh
 
     async def ack(self, cd: ClaimedDelivery) -> bool:
-        return await self.backend.run(ops.ack(cd.delivery_id, cd.lease_token, self.clock()))
+        """Settle a delivery; ``False`` if its lease was lost (it will be redelivered)."""
+        dialect = self.backend.dialect
+        if not dialect.is_postgres:
+            return await self.backend.run(
+                ops.ack(dialect, cd.delivery_id, cd.lease_token, self.clock())
+            )
+        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._acks.append((cd, done))
+        if self._ack_writer is None or self._ack_writer.done():
+            self._ack_writer = asyncio.create_task(self._write_acks())
+        return await done
+
+    async def _write_acks(self) -> None:
+        """Write the waiting acks, all of them in one statement, until none are left."""
+        while self._acks:
+            batch, self._acks = self._acks[:1000], self._acks[1000:]
+            leases = [(cd.delivery_id, cd.lease_token) for cd, _ in batch]
+            try:
+                acked = await self.backend.run(
+                    ops.ack_many(self.backend.dialect, leases, now=self.clock())
+                )
+            except Exception as exc:  # every ack of the batch failed; their leases lapse
+                for _, done in batch:
+                    if not done.done():
+                        done.set_exception(exc)
+                continue
+            except BaseException:
+                for _, done in batch + self._acks:
+                    done.cancel()
+                self._acks = []
+                raise
+            for cd, done in batch:
+                if not done.done():
+                    done.set_result(cd.delivery_id in acked)
 
     async def retry(self, cd: ClaimedDelivery, *, delay_ms: int, error: str) -> bool:
         at = self.clock() + max(delay_ms, 0)
@@ -316,6 +382,7 @@ class Broker:
 
     async def collect_garbage(self, retention_ms: int) -> int:
         """Delete settled messages older than the retention window; returns how many."""
+        await self.backend.run(ops.settle_orphans(now=self.clock()))
         cutoff = self.clock() - retention_ms
         total = 0
         while True:

@@ -52,9 +52,7 @@ _NOT_PAUSED = """
 # when it is available. Any in-flight, held or retrying delivery of a partition is
 # its oldest one, so this one rule gives "at most one in flight" and strict order.
 # Partitions are walked with a loose index scan so the cost grows with the number
-# of partitions, not with the backlog. On PostgreSQL the heads are locked in id
-# order and a head another claimer is taking is skipped: claimers never wait for
-# each other (and so cannot deadlock), and the claim re-checks availability.
+# of partitions, not with the backlog.
 _SERIAL_CANDIDATES = """
 WITH RECURSIVE parts(pk) AS (
   SELECT MIN(partition_key) FROM queue_deliveries WHERE consumer_group = :g AND topic = :t
@@ -69,7 +67,27 @@ JOIN queue_deliveries d ON d.id = (
   WHERE h.consumer_group = :g AND h.topic = :t AND h.partition_key = parts.pk
   ORDER BY h.id LIMIT 1)
 WHERE parts.pk IS NOT NULL AND d.available_at_ms <= :now AND {not_paused}
-ORDER BY d.id LIMIT :n {lock}
+ORDER BY d.id LIMIT :n
+"""
+
+# The same rule on PostgreSQL. Each step of the loose index scan yields the next
+# partition's oldest delivery directly, and the heads are then fetched by id (a
+# join here may be planned as a scan of the whole backlog). Heads are locked in id
+# order, skipping one another claimer is taking: claimers never wait for each other
+# (so cannot deadlock), and the claim itself re-checks availability.
+_SERIAL_CANDIDATES_PG = """
+WITH RECURSIVE heads(pk, id) AS (
+  (SELECT h.partition_key, h.id FROM queue_deliveries h
+   WHERE h.consumer_group = :g AND h.topic = :t ORDER BY h.partition_key, h.id LIMIT 1)
+  UNION ALL
+  SELECT nxt.partition_key, nxt.id FROM heads, LATERAL (
+    SELECT x.partition_key, x.id FROM queue_deliveries x
+    WHERE x.consumer_group = :g AND x.topic = :t AND x.partition_key > heads.pk
+    ORDER BY x.partition_key, x.id LIMIT 1) nxt
+)
+SELECT d.id FROM queue_deliveries d
+WHERE d.id = ANY(ARRAY(SELECT id FROM heads)) AND d.available_at_ms <= :now AND {not_paused}
+ORDER BY d.id LIMIT :n FOR UPDATE OF d SKIP LOCKED
 """
 
 # Other topics: any available delivery, oldest first, unless an older delivery of
@@ -110,10 +128,31 @@ class Dialect:
             return None
         return Stmt("SELECT pg_notify('submitqueue_queue', :topic) AS notified", {"topic": topic})
 
+    def notify_alone(self, topics: list[str]) -> Stmt | None:
+        """NOTIFY in a transaction of its own, after the data was committed.
+
+        A transaction that notifies holds a server-wide lock from its commit until
+        the commit is flushed, so notifying inside every publish serialises all
+        publishers on the WAL flush. This transaction writes nothing, so it need
+        not wait for a flush (``synchronous_commit`` off for it alone): the lock is
+        held only briefly. A lost notification only delays a consumer until it polls.
+        """
+        if not self.is_postgres:
+            return None
+        return Stmt(
+            """WITH async_commit AS (SELECT set_config('synchronous_commit', 'off', true))
+               SELECT pg_notify('submitqueue_queue', t) AS notified
+               FROM async_commit, unnest(CAST(:topics AS text[])) AS t""",
+            {"topics": topics},
+            last=True,
+        )
+
     def claim_candidates(self, serial: bool) -> str:
+        if serial:
+            template = _SERIAL_CANDIDATES_PG if self.is_postgres else _SERIAL_CANDIDATES
+            return template.format(not_paused=_NOT_PAUSED)
         lock = "FOR UPDATE OF d SKIP LOCKED" if self.is_postgres else ""
-        template = _SERIAL_CANDIDATES if serial else _PARALLEL_CANDIDATES
-        return template.format(not_paused=_NOT_PAUSED, lock=lock)
+        return _PARALLEL_CANDIDATES.format(not_paused=_NOT_PAUSED, lock=lock)
 
 
 SQLITE = Dialect("sqlite")

@@ -52,16 +52,23 @@ class Publication:
 
 
 def insert_messages(
-    d: Dialect, items: Sequence[Publication], *, now: int, last: bool = False
+    d: Dialect,
+    items: Sequence[Publication],
+    *,
+    now: int,
+    last: bool = False,
+    notify: bool = True,
 ) -> Op[list[int | None]]:
     """Store messages in order, in one transaction; ``None`` marks a duplicate.
 
     On PostgreSQL every partition touched is locked first, in sorted order (so two
     batches cannot deadlock), which makes ids commit in order within a partition.
-    ``last``: nothing else runs in this transaction (a plain publish).
+    ``last``: nothing else runs in this transaction (a plain publish). ``notify``:
+    wake consumers of other processes at commit; a caller passing ``False`` sends
+    the notification itself after the commit (see ``Dialect.notify_alone``).
     """
     if d.is_postgres and len(items) == 1:
-        rows = yield _insert_one_pg(d, items[0], now=now, last=last)
+        rows = yield _insert_one_pg(d, items[0], now=now, last=last, notify=notify)
         seq = rows[0]["seq"] if rows else None
         return [int(seq) if seq is not None else None]
     for topic, pk in sorted({(i.message.topic, i.message.partition_key) for i in items}):
@@ -71,10 +78,10 @@ def insert_messages(
     seqs: list[int | None] = []
     for item in items:
         seqs.append((yield from _insert_one(d, item, now=now)))
-    for topic in sorted({i.message.topic for i in items if i.groups}):
-        notify = d.notify(topic)
-        if notify is not None:
-            yield notify
+    for topic in sorted({i.message.topic for i in items if i.groups and notify}):
+        stmt = d.notify(topic)
+        if stmt is not None:
+            yield stmt
     return seqs
 
 
@@ -134,15 +141,17 @@ def _message_params(item: Publication, now: int) -> dict[str, Any]:
     }
 
 
-def _insert_one_pg(d: Dialect, item: Publication, *, now: int, last: bool) -> Stmt:
+def _insert_one_pg(
+    d: Dialect, item: Publication, *, now: int, last: bool, notify: bool
+) -> Stmt:
     msg = item.message
     lock = d.lock_partition(msg.topic, msg.partition_key)
-    notify = d.notify(msg.topic) if item.groups else None
-    assert lock is not None and (notify is None or notify.params == {"topic": msg.topic})
+    wake = d.notify(msg.topic) if item.groups and notify else None
+    assert lock is not None and (wake is None or wake.params == {"topic": msg.topic})
     sql = _INSERT_ONE_PG.format(
         lock=lock.sql,
         insert=_INSERT_MESSAGE.format(source=f"SELECT {_MESSAGE_VALUES} FROM lk"),
-        notify=f", ({notify.sql}) AS notified" if notify is not None else "",
+        notify=f", ({wake.sql}) AS notified" if wake is not None else "",
     )
     params = {**_message_params(item, now), **lock.params, "groups": list(item.groups)}
     return Stmt(sql, params, last=last)
@@ -160,6 +169,13 @@ def _insert_one(d: Dialect, item: Publication, *, now: int) -> Op[int | None]:
         yield from insert_delivery(d, group=group, topic=msg.topic, pk=msg.partition_key,
                                    seq=seq, now=now)
     return seq
+
+
+def notify_alone(d: Dialect, topics: Sequence[str]) -> Op[None]:
+    """Wake consumers of ``topics`` in every process, after the fact (PostgreSQL)."""
+    stmt = d.notify_alone(sorted(set(topics)))
+    if stmt is not None:
+        yield stmt
 
 
 def insert_delivery(d: Dialect, *, group: str, topic: str, pk: str, seq: int, now: int) -> Op[None]:
@@ -186,25 +202,42 @@ def claim(
     consumer: str,
 ) -> Op[list[ClaimedDelivery]]:
     """Lease up to ``limit`` deliveries; attempts are counted durably at claim time."""
-    updated = yield Stmt(
-        f"""UPDATE queue_deliveries
-            SET available_at_ms = :lease_until, lease_token = :token, leased_by = :consumer,
-                attempts = attempts + 1
-            WHERE id IN ({d.claim_candidates(serial)}) AND available_at_ms <= :now
-            RETURNING id""",
-        {"g": group, "t": topic, "now": now, "n": limit, "lease_until": lease_until,
-         "token": token, "consumer": consumer},
-    )
-    if not updated:
-        return []
-    rows = yield Stmt(
-        f"""SELECT d.id AS delivery_id, d.attempts, {_MESSAGE_COLUMNS}
-            FROM queue_deliveries d JOIN queue_messages m ON m.seq = d.message_seq
-            WHERE d.consumer_group = :g AND d.topic = :t AND d.available_at_ms = :lease_until
-              AND d.lease_token = :token
-            ORDER BY d.id""",
-        {"g": group, "t": topic, "lease_until": lease_until, "token": token},
-    )
+    params = {"g": group, "t": topic, "now": now, "n": limit, "lease_until": lease_until,
+              "token": token, "consumer": consumer}
+    if d.is_postgres:
+        rows = yield Stmt(
+            f"""WITH picked AS ({d.claim_candidates(serial)}),
+            claimed AS (
+              UPDATE queue_deliveries d
+              SET available_at_ms = :lease_until, lease_token = :token, leased_by = :consumer,
+                  attempts = d.attempts + 1
+              FROM picked WHERE d.id = picked.id AND d.available_at_ms <= :now
+              RETURNING d.id AS delivery_id, d.attempts, d.message_seq)
+            SELECT c.delivery_id, c.attempts, {_MESSAGE_COLUMNS}
+            FROM claimed c JOIN queue_messages m ON m.seq = c.message_seq
+            ORDER BY c.delivery_id""",
+            params,
+            last=True,
+        )
+    else:
+        updated = yield Stmt(
+            f"""UPDATE queue_deliveries
+                SET available_at_ms = :lease_until, lease_token = :token, leased_by = :consumer,
+                    attempts = attempts + 1
+                WHERE id IN ({d.claim_candidates(serial)}) AND available_at_ms <= :now
+                RETURNING id""",
+            params,
+        )
+        if not updated:
+            return []
+        rows = yield Stmt(
+            f"""SELECT d.id AS delivery_id, d.attempts, {_MESSAGE_COLUMNS}
+                FROM queue_deliveries d JOIN queue_messages m ON m.seq = d.message_seq
+                WHERE d.consumer_group = :g AND d.topic = :t AND d.available_at_ms = :lease_until
+                  AND d.lease_token = :token
+                ORDER BY d.id""",
+            {"g": group, "t": topic, "lease_until": lease_until, "token": token},
+        )
     return [
         ClaimedDelivery(
             delivery_id=int(r["delivery_id"]),
@@ -232,7 +265,26 @@ def settle_message(seq: int, now: int) -> Stmt:
     )
 
 
-def ack(delivery_id: int, token: str, now: int) -> Op[bool]:
+# PostgreSQL: acks in one statement. Its parts share one snapshot, so the settle step
+# does not see the deletes yet and leaves the deleted deliveries out explicitly.
+_ACK_MANY_PG = """WITH del AS (
+  DELETE FROM queue_deliveries q
+  USING unnest(CAST(:ids AS bigint[]), CAST(:tokens AS text[])) AS a(id, token)
+  WHERE q.id = a.id AND q.lease_token = a.token
+  RETURNING q.id, q.message_seq),
+settle AS (
+  UPDATE queue_messages m SET settled_at_ms = :now
+  WHERE m.seq IN (SELECT message_seq FROM del) AND m.parked = 0 AND m.settled_at_ms IS NULL
+    AND NOT EXISTS (SELECT 1 FROM queue_deliveries x
+                    WHERE x.message_seq = m.seq AND x.id NOT IN (SELECT id FROM del)))
+SELECT id FROM del"""
+
+
+def ack(d: Dialect, delivery_id: int, token: str, now: int) -> Op[bool]:
+    """Settle a delivery we hold the lease of (``False``: the lease was lost)."""
+    if d.is_postgres:
+        acked = yield from ack_many(d, [(delivery_id, token)], now=now)
+        return delivery_id in acked
     rows = yield Stmt(
         """DELETE FROM queue_deliveries WHERE id = :id AND lease_token = :token
            RETURNING message_seq""",
@@ -244,6 +296,24 @@ def ack(delivery_id: int, token: str, now: int) -> Op[bool]:
     return True
 
 
+def ack_many(d: Dialect, leases: Sequence[tuple[int, str]], *, now: int) -> Op[set[int]]:
+    """Several acks in one transaction (one statement on PostgreSQL): the ids of the
+    ``(delivery_id, lease_token)`` pairs that were still held and are now settled."""
+    if not d.is_postgres:
+        done: set[int] = set()
+        for delivery_id, token in leases:
+            if (yield from ack(d, delivery_id, token, now)):
+                done.add(delivery_id)
+        return done
+    pairs = sorted(leases)
+    rows = yield Stmt(
+        _ACK_MANY_PG,
+        {"ids": [i for i, _ in pairs], "tokens": [t for _, t in pairs], "now": now},
+        last=True,
+    )
+    return {int(r["id"]) for r in rows}
+
+
 def retry(delivery_id: int, token: str, *, at: int, error: str) -> Op[bool]:
     rows = yield Stmt(
         """UPDATE queue_deliveries
@@ -251,6 +321,7 @@ def retry(delivery_id: int, token: str, *, at: int, error: str) -> Op[bool]:
                last_error = :err
            WHERE id = :id AND lease_token = :token RETURNING id""",
         {**_owned(delivery_id, token), "at": at, "err": error},
+        last=True,
     )
     return bool(rows)
 
@@ -263,6 +334,7 @@ def hold(delivery_id: int, token: str, *, at: int) -> Op[bool]:
                attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END
            WHERE id = :id AND lease_token = :token RETURNING id""",
         {**_owned(delivery_id, token), "at": at},
+        last=True,
     )
     return bool(rows)
 
@@ -275,6 +347,7 @@ def release(delivery_id: int, token: str, *, now: int) -> Op[bool]:
                attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END
            WHERE id = :id AND lease_token = :token RETURNING id""",
         {**_owned(delivery_id, token), "now": now},
+        last=True,
     )
     return bool(rows)
 
@@ -284,6 +357,7 @@ def extend(delivery_id: int, token: str, *, until: int) -> Op[bool]:
         """UPDATE queue_deliveries SET available_at_ms = :until
            WHERE id = :id AND lease_token = :token RETURNING id""",
         {**_owned(delivery_id, token), "until": until},
+        last=True,
     )
     return bool(rows)
 
@@ -474,6 +548,20 @@ def resume(group: str, topic: str, partition_key: str) -> Op[bool]:
     return bool(rows)
 
 
+def settle_orphans(*, now: int) -> Op[int]:
+    """Settle messages whose last deliveries were acked at the same moment by
+    different groups (each ack saw the other's delivery still there)."""
+    rows = yield Stmt(
+        """UPDATE queue_messages SET settled_at_ms = :now
+           WHERE settled_at_ms IS NULL AND parked = 0
+             AND NOT EXISTS (SELECT 1 FROM queue_deliveries d
+                             WHERE d.message_seq = queue_messages.seq)
+           RETURNING seq""",
+        {"now": now},
+    )
+    return len(rows)
+
+
 def collect_garbage(*, cutoff: int, batch: int = 5000) -> Op[int]:
     """Delete settled messages older than the cutoff (their ids may then be re-used)."""
     rows = yield Stmt(
@@ -492,6 +580,7 @@ def next_due(group: str, topic: str, *, now: int) -> Op[int | None]:
         """SELECT MIN(available_at_ms) AS due FROM queue_deliveries
            WHERE consumer_group = :g AND topic = :t AND available_at_ms > :now""",
         {"g": group, "t": topic, "now": now},
+        last=True,
     )
     due = rows[0]["due"] if rows else None
     return int(due) if due is not None else None
