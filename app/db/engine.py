@@ -43,7 +43,9 @@ def create_engine(url: str, *, echo: bool = False) -> AsyncEngine:
         engine = create_async_engine(url, echo=echo)
         _configure_sqlite(engine)
         return engine
-    return create_async_engine(url, echo=echo, pool_pre_ping=True, pool_size=10, max_overflow=10)
+    # No pre-ping (a round trip per checkout): a dropped connection fails its unit of
+    # work with a connection error, which the queue classifies as retryable.
+    return create_async_engine(url, echo=echo, pool_size=10, max_overflow=10, pool_recycle=1800)
 
 
 def _configure_sqlite(engine: AsyncEngine) -> None:
