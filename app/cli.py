@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
+import httpx
 import typer
 import uvicorn
 
@@ -12,6 +16,9 @@ from app.settings import get_settings
 cli = typer.Typer(help="SubmitQueue: a speculative merge queue.", no_args_is_help=True)
 db_cli = typer.Typer(help="Database commands.", no_args_is_help=True)
 cli.add_typer(db_cli, name="db")
+dlq_cli = typer.Typer(help="Dead letters, over the admin API (SQ_ADMIN_TOKEN).",
+                      no_args_is_help=True)
+cli.add_typer(dlq_cli, name="dlq")
 
 
 @cli.command()
@@ -41,6 +48,96 @@ def db_upgrade(revision: str = typer.Argument("head", help="Target revision.")) 
     if settings.queue_database_url:
         migrate.upgrade_sync(settings.queue_database_url, revision)
     typer.echo(f"database at {revision}: {settings.database_url}")
+
+
+def _admin(method: str, path: str, url: str | None, **kw: Any) -> Any:
+    """Call the admin API of the server at ``url`` (default: SQ_HOST/SQ_PORT)."""
+    settings = get_settings()
+    if not settings.admin_token:
+        raise typer.BadParameter("SQ_ADMIN_TOKEN is not set; export the server's admin token")
+    host = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
+    base = url or f"http://{host}:{settings.port}"
+    try:
+        r = httpx.request(method, f"{base.rstrip('/')}/api/v1/admin{path}", timeout=120,
+                          headers={"Authorization": f"Bearer {settings.admin_token}"}, **kw)
+    except httpx.TransportError as exc:
+        typer.echo(f"cannot reach {base}: {exc}", err=True)
+        raise typer.Exit(2) from None
+    if r.status_code >= 400:
+        try:
+            message = r.json()["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            message = r.text
+        typer.echo(f"error {r.status_code}: {message}", err=True)
+        raise typer.Exit(1)
+    return r.json()
+
+
+URL = typer.Option(None, "--url", help="Server base URL (default: http://SQ_HOST:SQ_PORT).")
+AS_JSON = typer.Option(False, "--json", help="Print the raw JSON response.")
+IDS = typer.Option(None, "--id", help="Message ids (repeat); default: all.")
+
+
+@dlq_cli.command("list")
+def dlq_list(url: str | None = URL, as_json: bool = AS_JSON) -> None:
+    """Dead-letter topics with their sizes."""
+    body = _admin("GET", "/dlq", url)
+    if as_json:
+        typer.echo(json.dumps(body, indent=2))
+        return
+    typer.echo(f"{'TOPIC':28} {'SIZE':>6} {'PARKED':>6}  PAUSED")
+    for t in body["topics"]:
+        paused = any(c["paused"] for c in t["consumers"])
+        typer.echo(f"{t['topic']:28} {t['size']:>6} {t['parked']:>6}  {'yes' if paused else ''}")
+
+
+@dlq_cli.command("show")
+def dlq_show(
+    topic: str = typer.Argument(..., help="A DLQ topic, e.g. build_dlq."),
+    message_id: str | None = typer.Argument(None, help="One message's id (else: list)."),
+    limit: int = typer.Option(50, min=1, max=1000),
+    url: str | None = URL, as_json: bool = AS_JSON,
+) -> None:
+    """List a DLQ topic's messages, or show one in full."""
+    if message_id is not None:
+        typer.echo(json.dumps(_admin("GET", f"/dlq/{topic}/messages/{message_id}", url),
+                              indent=2))
+        return
+    body = _admin("GET", f"/dlq/{topic}/messages", url, params={"limit": limit})
+    if as_json:
+        typer.echo(json.dumps(body, indent=2))
+        return
+    for i in body["items"]:
+        typer.echo(f"{i['id']:>8}  {i['entity_id'] or '-':24} attempts={i['attempts']}  "
+                   f"{(i['last_error'] or '')[:80]}")
+    if body["next_cursor"]:
+        typer.echo(f"(more: {limit} shown)")
+
+
+@dlq_cli.command("drain")
+def dlq_drain(
+    topic: str = typer.Argument(..., help="A DLQ topic, e.g. build_dlq."),
+    mode: str = typer.Option(..., help="reconcile | requeue | discard"),
+    ids: list[str] | None = IDS,
+    reason: str = typer.Option("", help="Why (required for requeue and discard)."),
+    url: str | None = URL, as_json: bool = AS_JSON,
+) -> None:
+    """Reconcile, requeue or discard dead letters (all of them, a page at a time)."""
+    body: dict[str, Any] = {"mode": mode, "reason": reason,
+                            "message_ids": list(ids) if ids else None}
+    counts: dict[str, int] = {}
+    while True:
+        out = _admin("POST", f"/dlq/{topic}/drain", url, json=body)
+        for r in out["results"]:
+            counts[r["result"]] = counts.get(r["result"], 0) + 1
+            if as_json:
+                typer.echo(json.dumps(r))
+            else:
+                typer.echo(f"{r['id']:>8}  {r['result']}  {r.get('error') or r.get('to') or ''}")
+        if not out["next_cursor"]:
+            break
+        body["cursor"] = out["next_cursor"]
+    typer.echo(", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) or "nothing to drain")
 
 
 def main() -> None:

@@ -6,7 +6,9 @@
 | ``NotFound`` | 404 | ``not_found`` |
 | ``ValidationError`` | 400 | ``validation_error`` |
 | ``AlreadyExists`` / ``InvalidState`` / ``VersionMismatch`` | 409 | their ``code`` |
-| ``ServiceUnavailable``, any ``QueueError``, transient database errors | 503 | ``unavailable`` |
+| queue ``UnknownTopic``, ``MessageNotFound`` | 404 | ``not_found`` |
+| queue ``NotDeadLettered`` / ``PayloadTooLarge`` / ``InvalidPayload`` | 409 / 413 / 400 | |
+| ``ServiceUnavailable``, other ``QueueError``s, transient database errors | 503 | |
 | FastAPI's ``RequestValidationError`` (bad body, query or path) | 422 | ``invalid_request`` |
 | Starlette's ``HTTPException`` (unknown route, wrong method) | its status | e.g. ``not_found`` |
 | anything else | 500 | ``internal_error`` (logged; no details leak) |
@@ -35,7 +37,15 @@ from app.domain.errors import (
     ValidationError,
     VersionMismatch,
 )
-from app.queue import QueueError, classify
+from app.queue import (
+    InvalidPayload,
+    MessageNotFound,
+    NotDeadLettered,
+    PayloadTooLarge,
+    QueueError,
+    UnknownTopic,
+    classify,
+)
 
 log = logging.getLogger("submitqueue.api")
 
@@ -63,6 +73,16 @@ _HTTP_CODES = {
     400: "bad_request", 404: "not_found", 405: "method_not_allowed", 413: "payload_too_large",
     415: "unsupported_media_type", 422: "invalid_request", 503: "unavailable",
 }
+
+
+# Queue errors that describe the request, not an outage.
+_QUEUE_STATUS: tuple[tuple[type[QueueError], int, str], ...] = (
+    (UnknownTopic, 404, "not_found"),
+    (MessageNotFound, 404, "not_found"),
+    (NotDeadLettered, 409, "invalid_state"),
+    (PayloadTooLarge, 413, "payload_too_large"),
+    (InvalidPayload, 400, "validation_error"),
+)
 
 
 def error_body(code: str, message: str) -> dict[str, Any]:
@@ -109,6 +129,9 @@ def response_for(exc: BaseException) -> JSONResponse:
     if isinstance(exc, StarletteHTTPException):
         code = _HTTP_CODES.get(exc.status_code, "http_error")
         return error_response(exc.status_code, code, str(exc.detail), headers=exc.headers)
+    for qcls, status, code in _QUEUE_STATUS:
+        if isinstance(exc, qcls):
+            return error_response(status, code, str(exc) or code)
     if isinstance(exc, QueueError) or classify(exc):
         log.warning("request failed on a transient error", exc_info=exc)
         return error_response(503, "unavailable", TRY_AGAIN)

@@ -17,7 +17,9 @@
 | ``cancel`` | sqid | | orchestrator -> CancelController |
 | ``log`` | sqid | yes | gateway-log -> GatewayLogController |
 
-Every topic has a ``{topic}_dlq`` companion (reconcilers arrive with the DLQ work).
+Every topic has a ``{topic}_dlq`` companion. Each orchestrator topic's DLQ is read by
+group ``orchestrator-dlq``, ``log_dlq`` by ``gateway-dlq``; the reconcilers
+(``app/controllers/dlq/reconcilers.py``) drive the entity to its terminal failure.
 """  # noqa: E501 - state tables read best unwrapped
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from app.controllers.cancel import CancelController
 from app.controllers.common import Deps
 from app.controllers.conclude import ConcludeController
 from app.controllers.dependency_analysis import DependencyAnalysisController
+from app.controllers.dlq import build_reconcilers
 from app.controllers.gateway_log import GatewayLogController
 from app.controllers.merge import MergeController
 from app.controllers.mergecheck import MergeCheckController
@@ -40,7 +43,7 @@ from app.controllers.speculate import SpeculateController
 from app.controllers.start import StartController
 from app.controllers.validate import ValidateController
 from app.domain import messages as m
-from app.queue import Backoff, ConsumerSpec, Controller, TopicSpec, Topology
+from app.queue import DLQ_SUFFIX, Backoff, ConsumerSpec, Controller, TopicSpec, Topology
 
 SERIAL = {m.VALIDATE, m.DEPENDENCY_ANALYSIS, m.SPECULATE, m.BUILDSIGNAL, m.MERGE, m.LOG}
 
@@ -60,7 +63,13 @@ def build_topology(settings: TopicSettings | None = None) -> Topology:
             name, serial=name in SERIAL, max_attempts=cfg.max_attempts,
             backoff=cfg.backoff, visibility_timeout_ms=cfg.visibility_timeout_ms))
         topo.subscribe(name, m.GATEWAY_LOG_GROUP if name == m.LOG else m.ORCHESTRATOR_GROUP)
+        topo.subscribe(name + DLQ_SUFFIX, dlq_group(name))
     return topo
+
+
+def dlq_group(topic: str) -> str:
+    """The consumer group that reconciles ``{topic}_dlq``."""
+    return m.GATEWAY_DLQ_GROUP if topic == m.LOG else m.ORCHESTRATOR_DLQ_GROUP
 
 
 def build_consumers(deps: Deps, *, orchestrator: bool = True, gateway: bool = True,
@@ -80,11 +89,17 @@ def build_consumers(deps: Deps, *, orchestrator: bool = True, gateway: bool = Tr
         m.CONCLUDE: ConcludeController(deps),
         m.CANCEL: CancelController(deps),
     }
+    reconcilers = build_reconcilers(deps)
     specs: list[ConsumerSpec] = []
     if orchestrator:
         specs += [ConsumerSpec(topic, m.ORCHESTRATOR_GROUP, c, concurrency=concurrency)
                   for topic, c in controllers.items()]
+        specs += [ConsumerSpec(topic + DLQ_SUFFIX, m.ORCHESTRATOR_DLQ_GROUP,
+                               reconcilers[topic + DLQ_SUFFIX], concurrency=concurrency)
+                  for topic in controllers]
     if gateway:
         specs.append(ConsumerSpec(m.LOG, m.GATEWAY_LOG_GROUP, GatewayLogController(deps.db),
                                   concurrency=concurrency))
+        specs.append(ConsumerSpec(m.LOG + DLQ_SUFFIX, m.GATEWAY_DLQ_GROUP,
+                                  reconcilers[m.LOG + DLQ_SUFFIX], concurrency=concurrency))
     return specs

@@ -5,7 +5,8 @@ Ownership (enforced by which repository module may touch a table):
 - orchestrator: ``counters`` (domain ``batch``), ``requests``, ``changes``, ``batches``,
   ``request_batches``, ``path_sets``, ``builds``, ``path_builds``;
 - gateway: ``counters`` (domain ``request``), ``request_summaries``, ``request_log``,
-  ``change_uri_requests``.
+  ``change_uri_requests``;
+- admin API: ``admin_audit`` (append only).
 
 JSON columns are stored as text (``*_json``) so both dialects read them alike.
 Every versioned row starts at version 1 and is written with ``WHERE version = old``.
@@ -171,4 +172,19 @@ change_uri_requests = sa.Table(
     sa.Column("change_uri", sa.String(URI), primary_key=True),
     sa.Column("request_id", sa.String(ID), primary_key=True),
     sa.Column("received_at_ms", sa.BigInteger, nullable=False),
+)
+
+admin_audit = sa.Table(
+    "admin_audit",
+    metadata,
+    sa.Column("id", _BigId, primary_key=True, autoincrement=True),
+    sa.Column("at_ms", sa.BigInteger, nullable=False),
+    sa.Column("actor", sa.String(100), nullable=False),
+    sa.Column("action", sa.String(50), nullable=False),
+    sa.Column("topic", sa.String(255), nullable=False, server_default=""),
+    sa.Column("message_ids_json", sa.Text, nullable=False, server_default="[]"),
+    sa.Column("reason", sa.Text, nullable=False, server_default=""),
+    sa.Column("result_json", sa.Text, nullable=False, server_default="{}"),
+    sa.Index("ix_admin_audit_at", "at_ms"),
+    sqlite_autoincrement=True,
 )

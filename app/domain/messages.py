@@ -37,6 +37,8 @@ ORCHESTRATOR_TOPICS = (
 
 ORCHESTRATOR_GROUP = "orchestrator"
 GATEWAY_LOG_GROUP = "gateway-log"
+ORCHESTRATOR_DLQ_GROUP = "orchestrator-dlq"  # reconciles every orchestrator topic's ``_dlq``
+GATEWAY_DLQ_GROUP = "gateway-dlq"  # reconciles ``log_dlq``
 
 
 class _Msg(BaseModel):

@@ -12,6 +12,8 @@ Outcome of ``await controller.process(delivery)``:
 | raises, not retryable, or | move to ``{topic}_dlq`` with the error and |
 | attempts exhausted | attempt count (parked if no DLQ) |
 | raises while holding | the error wins; the hold is discarded |
+| raises an error with ``park = True`` | dead-letter (or park) at once, even on an always-retry |
+| (e.g. an undecodable DLQ message) | topic: retrying cannot help; an operator decides |
 
 A controller's exception never stops its consumer loop. While a handler runs its
 lease is extended automatically, so only a crashed or hung process lets the
@@ -284,7 +286,8 @@ class Consumer:
         return delivery
 
     async def _failed(self, cd: ClaimedDelivery, exc: Exception) -> str:
-        retryable = self.topic_spec.always_retry or classify(exc)
+        park_now = bool(getattr(exc, "park", False))
+        retryable = not park_now and (self.topic_spec.always_retry or classify(exc))
         error = describe_error(exc)
         if retryable and cd.attempt < self.topic_spec.max_attempts:
             delay = self.topic_spec.backoff.delay_ms(cd.attempt)
@@ -303,7 +306,8 @@ class Consumer:
         detail = {
             "retryable": retryable,
             "exception_type": f"{type(exc).__module__}.{type(exc).__qualname__}",
-            "reason": "attempts-exhausted" if retryable else "not-retryable",
+            "reason": "attempts-exhausted" if retryable
+            else "unprocessable" if park_now else "not-retryable",
         }
         subjects = getattr(exc, "subjects", None)
         if subjects:

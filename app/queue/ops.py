@@ -419,14 +419,27 @@ def dead_letter(
             park_if_unread=True,
         )
     else:
-        yield Stmt(
-            """UPDATE queue_messages
-               SET parked = 1, settled_at_ms = NULL, failed_at_ms = :now,
-                   failure_count = :fcount, last_error = :err, failure_detail = :detail
-               WHERE seq = :seq""",
-            {"now": now, "fcount": int(row["attempts"]), "err": error, "detail": detail_json,
-             "seq": int(row["seq"])},
-        )
+        if row["original_topic"] is not None:
+            # A dead letter that its reconciler could not handle: keep the original
+            # failure (topic, attempts, error) and record why it is parked beside it.
+            earlier = json.loads(row["failure_detail"] or "{}")
+            parked_detail = json.dumps({**earlier, "parked": {
+                **detail, "consumer_group": group, "error": error,
+                "attempts": int(row["attempts"]), "at_ms": now}}, default=str)
+            yield Stmt(
+                """UPDATE queue_messages SET parked = 1, settled_at_ms = NULL,
+                   failure_detail = :detail WHERE seq = :seq""",
+                {"detail": parked_detail, "seq": int(row["seq"])},
+            )
+        else:
+            yield Stmt(
+                """UPDATE queue_messages
+                   SET parked = 1, settled_at_ms = NULL, failed_at_ms = :now,
+                       failure_count = :fcount, last_error = :err, failure_detail = :detail
+                   WHERE seq = :seq""",
+                {"now": now, "fcount": int(row["attempts"]), "err": error,
+                 "detail": detail_json, "seq": int(row["seq"])},
+            )
     yield Stmt("DELETE FROM queue_deliveries WHERE id = :id", {"id": delivery_id})
     yield settle_message(int(row["seq"]), now)
     return True

@@ -125,10 +125,10 @@ async def test_cancel_during_speculation_ends_cancelled(
     database_url: str, mode: dict, tmp_path: Path
 ) -> None:
     async with serve(database_url, tmp_path, **mode) as server:
-        sqid = await server.land(change("long", files="l/x.py", build_ms=5000))
+        sqid = await server.land(change("long", files="l/x.py", build_ms=8000))
         await server.wait_status(sqid, {"speculating"})
         assert (await server.cancel(sqid)).status_code == 202
-        assert await server.wait_terminal(sqid, timeout=20) == "cancelled"
+        assert await server.wait_terminal(sqid, timeout=40) == "cancelled"
         statuses = await server.statuses(sqid)
         assert "landed" not in statuses and statuses[-1] == "cancelled"
         assert "cancelling" in statuses

@@ -1,0 +1,393 @@
+"""The admin API (``/api/v1/admin``): queue topics, dead letters and their drain,
+consumer pause/resume, and the audit log of every admin action.
+
+**Auth.** ``Authorization: Bearer <token>`` compared in constant time
+(``hmac.compare_digest``) with ``SQ_ADMIN_TOKEN``. Unset -> every call is 403
+(``admin_disabled``) with a message naming ``SQ_ADMIN_TOKEN``; a missing or wrong
+token -> 401 (``unauthorized``). A refused call has no side effect and is not audited.
+The audit *actor* is the token's label: a token written ``label:secret`` (e.g.
+``ops-alice:s3cret``) is recorded as ``ops-alice``; any other token as ``admin``.
+The whole string, label included, is the secret that is compared.
+
+| Route | What |
+|---|---|
+| ``GET /topics`` | per topic and consumer group: depth, in flight, held, retrying, oldest age, paused; DLQ size and parked count |
+| ``GET /dlq`` | every DLQ topic with its unsettled and parked counts |
+| ``GET /dlq/{topic}/messages?limit&cursor`` | unsettled dead letters, newest first; ``next_cursor`` pages on |
+| ``GET /dlq/{topic}/messages/{id}`` | one dead letter (``id`` = its queue sequence number) |
+| ``POST /dlq/{topic}/drain`` | ``{"mode": "reconcile"|"requeue"|"discard", "message_ids": [...]|null, "reason", "limit", "cursor"}``: per-message results; audited |
+| ``POST /consumers/{topic}/pause`` / ``resume`` | ``{"group"?, "partition_key"?, "reason"?}``; audited |
+| ``GET /audit?limit&cursor`` | admin actions, newest first |
+
+Drain modes: ``reconcile`` runs the topic's reconciler now and, when it succeeds,
+removes the dead letter (an undecodable one is reported and kept); ``requeue`` moves
+it back to its original topic with the same id; ``discard`` deletes it. ``requeue``
+and ``discard`` need a ``reason``. ``message_ids: null`` drains one page (``limit``,
+at most 1000) of the topic's unsettled messages and returns ``next_cursor`` while
+more may remain, so a large drain is a loop of bounded calls, never a timeout.
+Ids that are gone report ``not_found``, so repeating a drain is harmless.
+
+Errors: unknown topic, or a topic that is not a DLQ where one is needed -> 404;
+malformed ids or cursor, a missing reason -> 400.
+"""  # noqa: E501 - route tables read best unwrapped
+
+from __future__ import annotations
+
+import hmac
+from typing import Annotated, Any, Literal, Protocol, cast
+
+from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.api.errors import error_response
+from app.api.schemas import ErrorOut
+from app.controllers.common import Deps
+from app.controllers.dlq import Reconciler, Undecodable, build_reconcilers
+from app.controllers.dlq.reconcilers import decode_entity
+from app.db.engine import Database
+from app.db.repos import audit as audit_repo
+from app.domain.errors import NotFound, ValidationError
+from app.domain.messages import LOG
+from app.queue import (
+    DLQ_SUFFIX,
+    Broker,
+    MessageNotFound,
+    NotDeadLettered,
+    StoredMessage,
+    TopicSpec,
+    UnknownTopic,
+)
+from app.settings import Settings
+
+MAX_IDS = 1000
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorOut} for code in (400, 401, 403, 404, 409, 422, 500, 503)
+}
+
+
+class AdminRuntime(Protocol):
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def db(self) -> Database: ...
+
+    @property
+    def broker(self) -> Broker: ...
+
+    @property
+    def deps(self) -> Deps: ...
+
+
+class AdminDenied(Exception):
+    """A refused admin call: 403 when the API is disabled, 401 for a bad token."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+async def handle_denied(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, AdminDenied)
+    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+    return error_response(exc.status, exc.code, exc.message, headers=headers)
+
+
+def install_admin(app: FastAPI) -> None:
+    app.include_router(router)
+    app.add_exception_handler(AdminDenied, handle_denied)
+
+
+def get_admin_runtime(request: Request) -> AdminRuntime:
+    runtime = getattr(request.app.state, "runtime", None)
+    if runtime is None:
+        raise RuntimeError("app.state.runtime is not set; the app has not started")
+    return cast(AdminRuntime, runtime)
+
+
+def token_label(token: str) -> str:
+    """``label:secret`` -> ``label``; any other token -> ``admin``."""
+    label, sep, secret = token.partition(":")
+    return label if sep and label and secret else "admin"
+
+
+def require_admin(
+    request: Request, authorization: Annotated[str | None, Header()] = None
+) -> str:
+    """The caller's actor label, or ``AdminDenied``."""
+    expected = get_admin_runtime(request).settings.admin_token
+    if not expected:
+        raise AdminDenied(403, "admin_disabled",
+                          "the admin API is disabled; set SQ_ADMIN_TOKEN to a secret "
+                          "(optionally 'label:secret') and restart to enable it")
+    scheme, _, given = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not given.strip():
+        raise AdminDenied(401, "unauthorized",
+                          "missing admin token; send 'Authorization: Bearer <SQ_ADMIN_TOKEN>'")
+    if not hmac.compare_digest(given.strip().encode(), expected.encode()):
+        raise AdminDenied(401, "unauthorized", "wrong admin token")
+    return token_label(expected)
+
+
+Actor = Annotated[str, Depends(require_admin)]
+Runtime = Annotated[AdminRuntime, Depends(get_admin_runtime)]
+router = APIRouter(prefix="/api/v1/admin", tags=["admin"], responses=_ERRORS)
+
+
+# -- helpers -------------------------------------------------------------------------
+
+
+def _spec(rt: AdminRuntime, topic: str) -> TopicSpec:
+    try:
+        return rt.broker.topology.spec(topic)
+    except UnknownTopic:
+        raise NotFound(f"topic {topic!r} does not exist; see GET /api/v1/admin/topics") from None
+
+
+def _dlq_spec(rt: AdminRuntime, topic: str) -> TopicSpec:
+    spec = _spec(rt, topic)
+    if not spec.is_dlq:
+        hint = f"; did you mean {spec.dlq_name!r}?" if spec.dlq else ""
+        raise NotFound(f"topic {topic!r} is not a dead-letter topic{hint}")
+    return spec
+
+
+def _seq(raw: Any) -> int:
+    text = str(raw).strip() if isinstance(raw, (str, int)) and not isinstance(raw, bool) else ""
+    if not text.isdigit() or not 0 < int(text) < 2**62:
+        raise ValidationError(
+            f"message id {raw!r} is malformed; ids are the positive integers listed as 'id'")
+    return int(text)
+
+
+def _payload(msg: StoredMessage) -> Any:
+    try:
+        return msg.payload
+    except ValueError:
+        return msg.payload_json
+
+
+def _entity_id(msg: StoredMessage) -> str | None:
+    payload = _payload(msg)
+    if msg.original_topic == LOG or msg.topic == LOG + DLQ_SUFFIX:
+        rid = payload.get("request_id") if isinstance(payload, dict) else None
+        return rid if isinstance(rid, str) else None
+    try:
+        return decode_entity(msg).id
+    except Undecodable:
+        return None
+
+
+def message_view(msg: StoredMessage) -> dict[str, Any]:
+    return {
+        "id": msg.seq, "message_id": msg.message_id, "partition_key": msg.partition_key,
+        "payload": _payload(msg), "original_topic": msg.original_topic,
+        "attempts": msg.failure_count, "last_error": msg.last_error,
+        "failed_at_ms": msg.failed_at_ms, "failure_detail": msg.failure_detail,
+        "source_group": msg.source_group, "parked": msg.parked,
+        "settled": msg.settled_at_ms is not None, "entity_id": _entity_id(msg),
+    }
+
+
+async def _audit(rt: AdminRuntime, *, actor: str, action: str, topic: str,
+                 message_ids: list[int] | None = None, reason: str = "",
+                 result: dict[str, Any] | None = None) -> int:
+    async with rt.db.write() as s:
+        return await audit_repo.append(s, at_ms=rt.broker.clock(), actor=actor, action=action,
+                                       topic=topic, message_ids=message_ids or [],
+                                       reason=reason, result=result)
+
+
+# -- topics and dead letters ----------------------------------------------------------
+
+
+@router.get("/topics")
+async def topics(rt: Runtime, _actor: Actor) -> dict[str, Any]:
+    out = []
+    for t in await rt.broker.stats():
+        out.append({
+            "topic": t.topic, "serial": t.serial, "is_dlq": t.is_dlq, "dlq_topic": t.dlq_topic,
+            "dlq_size": t.dlq_size, "dlq_parked": t.dlq_parked, "parked": t.parked,
+            "groups": [{"group": g.consumer_group, "depth": g.depth, "in_flight": g.in_flight,
+                        "held": g.held, "retrying": g.retrying,
+                        "oldest_age_ms": g.oldest_age_ms, "paused": g.paused,
+                        "paused_partitions": g.paused_partitions} for g in t.groups],
+        })
+    return {"topics": out}
+
+
+@router.get("/dlq")
+async def dlq_topics(rt: Runtime, _actor: Actor) -> dict[str, Any]:
+    stats = {t.topic: t for t in await rt.broker.stats()}
+    out = []
+    for t in stats.values():
+        if t.dlq_topic is None:
+            continue
+        dlq = stats.get(t.dlq_topic)
+        out.append({"topic": t.dlq_topic, "original_topic": t.topic, "size": t.dlq_size,
+                    "parked": t.dlq_parked,
+                    "consumers": [{"group": g.consumer_group, "paused": g.paused,
+                                   "depth": g.depth} for g in (dlq.groups if dlq else [])]})
+    return {"topics": out}
+
+
+@router.get("/dlq/{topic}/messages")
+async def dlq_messages(
+    rt: Runtime, _actor: Actor, topic: str,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    cursor: Annotated[str | None, Query(max_length=30)] = None,
+) -> dict[str, Any]:
+    spec = _dlq_spec(rt, topic)
+    before = _seq(cursor) if cursor else None
+    msgs = await rt.broker.list_messages(spec.name, before_seq=before, limit=limit)
+    return {"items": [message_view(m) for m in msgs],
+            "next_cursor": str(msgs[-1].seq) if len(msgs) == limit else None}
+
+
+async def _load(rt: AdminRuntime, topic: str, seq: int) -> StoredMessage | None:
+    try:
+        msg = await rt.broker.get_message(seq)
+    except MessageNotFound:
+        return None
+    return msg if msg.topic == topic else None
+
+
+@router.get("/dlq/{topic}/messages/{message_id}")
+async def dlq_message(rt: Runtime, _actor: Actor, topic: str, message_id: str) -> dict[str, Any]:
+    spec = _dlq_spec(rt, topic)
+    msg = await _load(rt, spec.name, _seq(message_id))
+    if msg is None:
+        raise NotFound(f"no message {message_id} in {topic!r} (drained or never there)")
+    return message_view(msg)
+
+
+# -- drain ----------------------------------------------------------------------------
+
+
+class DrainBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    mode: Literal["reconcile", "requeue", "discard"]
+    message_ids: list[Any] | None = Field(default=None, max_length=MAX_IDS)
+    reason: str = Field(default="", max_length=2000)
+    limit: int = Field(default=200, ge=1, le=MAX_IDS)
+    cursor: str | None = Field(default=None, max_length=30)
+
+
+async def _drain_one(rt: AdminRuntime, body: DrainBody, topic: str, seq: int,
+                     actor: str, reconciler: Reconciler | None) -> dict[str, Any]:
+    msg = await _load(rt, topic, seq)
+    if msg is None:
+        return {"id": seq, "result": "not_found"}
+    if body.mode == "discard":
+        await rt.broker.discard(topic, seq, reason=f"{actor}: {body.reason}")
+        return {"id": seq, "result": "discarded"}
+    if msg.settled_at_ms is not None:
+        return {"id": seq, "result": "already_settled"}
+    if body.mode == "requeue":
+        try:
+            moved = await rt.broker.requeue(topic, seq)
+        except (MessageNotFound, NotDeadLettered) as exc:
+            return {"id": seq, "result": "failed", "error": str(exc)}
+        return {"id": seq, "result": "requeued", "to": moved.original_topic or moved.topic}
+    if reconciler is None:
+        return {"id": seq, "result": "failed", "error": f"no reconciler for {topic!r}"}
+    try:
+        outcome = await reconciler.reconcile(msg)
+    except Undecodable as exc:
+        return {"id": seq, "result": "undecodable", "error": str(exc)}
+    except Exception as exc:
+        return {"id": seq, "result": "failed", "error": f"{type(exc).__name__}: {exc}"}
+    await rt.broker.discard(topic, seq, reason=f"reconciled by {actor}: {outcome.action}")
+    return {"id": seq, "result": "reconciled", "outcome": outcome.as_dict()}
+
+
+@router.post("/dlq/{topic}/drain")
+async def drain(rt: Runtime, actor: Actor, topic: str, body: DrainBody) -> dict[str, Any]:
+    spec = _dlq_spec(rt, topic)
+    if body.mode in ("requeue", "discard") and not body.reason.strip():
+        raise ValidationError(f"mode {body.mode!r} needs a reason (what was fixed, or why "
+                              "the messages are unprocessable)")
+    next_cursor: str | None = None
+    if body.message_ids is not None:
+        seqs = list(dict.fromkeys(_seq(i) for i in body.message_ids))
+    else:
+        before = _seq(body.cursor) if body.cursor else None
+        page = await rt.broker.list_messages(spec.name, before_seq=before, limit=body.limit)
+        seqs = [m.seq for m in page]
+        next_cursor = str(page[-1].seq) if len(page) == body.limit else None
+    reconciler = build_reconcilers(rt.deps).get(spec.name) if body.mode == "reconcile" else None
+    results = [await _drain_one(rt, body, spec.name, s, actor, reconciler) for s in seqs]
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r["result"]] = counts.get(r["result"], 0) + 1
+    audit_id = await _audit(rt, actor=actor, action=f"drain:{body.mode}", topic=spec.name,
+                            message_ids=seqs, reason=body.reason,
+                            result={"counts": counts, "results": results})
+    return {"topic": spec.name, "mode": body.mode, "results": results, "counts": counts,
+            "next_cursor": next_cursor, "audit_id": audit_id}
+
+
+# -- consumers ------------------------------------------------------------------------
+
+
+class PauseBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    group: str | None = Field(default=None, max_length=255)
+    partition_key: str | None = Field(default=None, min_length=1, max_length=255)
+    reason: str = Field(default="", max_length=2000)
+
+
+def _group(rt: AdminRuntime, spec: TopicSpec, group: str | None) -> str:
+    groups = rt.broker.topology.groups(spec.name)
+    if group is not None:
+        if group not in groups:
+            raise NotFound(f"group {group!r} does not consume {spec.name!r} (groups: {groups})")
+        return group
+    if len(groups) != 1:
+        raise ValidationError(f"topic {spec.name!r} has groups {groups}; name one in 'group'")
+    return groups[0]
+
+
+async def _pause_or_resume(rt: AdminRuntime, actor: str, topic: str, body: PauseBody | None,
+                           pause: bool) -> dict[str, Any]:
+    body = body or PauseBody()
+    spec = _spec(rt, topic)
+    group = _group(rt, spec, body.group)
+    if pause:
+        await rt.broker.pause(group, spec.name, body.partition_key, reason=body.reason)
+        changed = True
+    else:
+        changed = await rt.broker.resume(group, spec.name, body.partition_key)
+    result = {"topic": spec.name, "group": group, "partition_key": body.partition_key,
+              "paused": pause, "changed": changed}
+    await _audit(rt, actor=actor, action="pause" if pause else "resume", topic=spec.name,
+                 reason=body.reason, result=result)
+    return result
+
+
+@router.post("/consumers/{topic}/pause")
+async def pause_consumer(rt: Runtime, actor: Actor, topic: str,
+                         body: PauseBody | None = None) -> dict[str, Any]:
+    return await _pause_or_resume(rt, actor, topic, body, pause=True)
+
+
+@router.post("/consumers/{topic}/resume")
+async def resume_consumer(rt: Runtime, actor: Actor, topic: str,
+                          body: PauseBody | None = None) -> dict[str, Any]:
+    return await _pause_or_resume(rt, actor, topic, body, pause=False)
+
+
+# -- audit ----------------------------------------------------------------------------
+
+
+@router.get("/audit")
+async def audit(
+    rt: Runtime, _actor: Actor, limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    cursor: Annotated[str | None, Query(max_length=30)] = None,
+) -> dict[str, Any]:
+    before = _seq(cursor) if cursor else None
+    async with rt.db.read() as s:
+        entries = await audit_repo.list_entries(s, before_id=before, limit=limit)
+    return {"items": [e.__dict__ for e in entries],
+            "next_cursor": str(entries[-1].id) if len(entries) == limit else None}

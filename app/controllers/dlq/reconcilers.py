@@ -1,0 +1,290 @@
+"""Dead-letter reconcilers: one per consumed topic's ``{topic}_dlq``, parameterised by
+the kind of entity the original message was about. They never retry the failed
+work; they drive the entity to its terminal failure with the pipeline's own
+conditional writes, so a late primary update that got there first wins cleanly (a
+lost race raises ``VersionMismatch``; the DLQ topic retries and the next attempt
+finds the winner's state).
+
+Consumer groups: ``orchestrator-dlq`` (every orchestrator topic) and ``gateway-dlq``
+(``log_dlq``). DLQ topics are always retryable, 1000 attempts with backoff
+(500 ms doubling to 60 s), no DLQ of their own.
+
+Request-scoped (``start``, ``cancel``, ``validate``, ``mergecheck``,
+``mergeconflictsignal``, ``batch``; the payload's ``id`` is the sqid):
+
+| Loaded state | Relative to checkpoint | Action |
+|---|---|---|
+| payload has no string ``id`` and ``queue`` | invalid | raise ``Undecodable`` (stays in the DLQ, visible; see below) |
+| request missing | - | nothing to reconcile; ack (``not_found``) |
+| request ``error`` | at | skip the write, republish its terminal log (``repaired``) |
+| request ``landed`` / ``cancelled`` | superseded | leave it (``left``) |
+| request owned by a batch: any batch of it not ``creating``/``failed``, or a ``creating`` one while the request is ``batched`` | superseded | leave it to the batch (``owned_by_batch``) |
+| otherwise (``started``/``validated``/``batched``/``cancelling``) | before | ``terminate_request(error)`` with ``last_error`` naming the original topic, attempts and error (``terminated``) |
+
+Batch-scoped (``dependency_analysis``, ``speculate``, ``build``, ``merge``, ``conclude``,
+``mergesignal``: payload ``id`` is the batch id; ``buildsignal``: payload ``id`` is a
+build id, the batch is the build's):
+
+| Loaded state | Relative to checkpoint | Action |
+|---|---|---|
+| batch (or build) missing | - | nothing to reconcile; ack (``not_found``) |
+| batch ``succeeded`` / ``cancelled`` | superseded | leave it (``left``); for ``conclude`` only, finish the fan-out it failed to do: terminate each non-terminal member with the batch's own outcome |
+| batch ``failed`` | at | keep it; re-fan-out ``error`` to every member (``repaired``) |
+| batch live (``creating`` .. ``merging``, ``cancelling``) | before | conditional write ``failed`` with the failure reason; ``error`` to every member (a ``cancelling`` one too); a ``speculate`` wake-up so the rest of the queue re-plans (``failed``) |
+
+``speculate``: the culprits are the failure's ``subjects`` of type ``batch`` when the
+error carried any, else the payload's batch; when any of them changed, a ``speculate``
+run is triggered (unique id) for the queue's oldest active batch.
+
+``log`` (gateway): a decodable ``LogMsg`` is persisted through the materializer
+(``persist_log``; ``persisted``); its errors propagate and are retried with backoff.
+
+**Undecodable messages.** A reconciler raises ``Undecodable`` (``park = True``): the
+queue parks the message at once, keeping its original failure (topic, attempts,
+error) and recording why it was parked. It stays visible in the admin API and leaves
+only through an operator's ``discard`` (``reconcile`` reports ``undecodable`` and keeps
+it; ``requeue`` sends it back to a topic that will dead-letter it again).
+"""  # noqa: E501 - state tables read best unwrapped
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from pydantic import ValidationError as PydanticValidationError
+
+from app.controllers.common import Deps, load_request, terminate_request, unique_id
+from app.db.engine import Database
+from app.db.repos import batches as batch_repo
+from app.db.repos import speculation as spec_repo
+from app.db.repos.request_log import persist_log
+from app.domain import messages as m
+from app.domain.entities import Batch
+from app.domain.errors import NotFound, ValidationError
+from app.domain.messages import EntityMsg, LogMsg
+from app.domain.states import BATCH_TO_REQUEST_TERMINAL, BatchState, RequestState
+from app.queue import DLQ_SUFFIX, Delivery, StoredMessage
+
+log = logging.getLogger("submitqueue.controllers")
+
+REQUEST_TOPICS = (m.START, m.CANCEL, m.VALIDATE, m.MERGECHECK, m.MERGECONFLICTSIGNAL, m.BATCH)
+BATCH_TOPICS = (m.DEPENDENCY_ANALYSIS, m.SPECULATE, m.BUILD, m.MERGE, m.CONCLUDE,
+                m.MERGESIGNAL)
+BUILD_TOPICS = (m.BUILDSIGNAL,)
+ACTIVE = (BatchState.CREATED, BatchState.SPECULATING, BatchState.MERGING, BatchState.CANCELLING)
+
+
+class Undecodable(ValidationError):
+    """The dead letter names no entity a reconciler can act on; an operator decides."""
+
+    code = "undecodable"
+    park = True  # the queue parks it at once: retrying cannot decode it
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a reconciler did with one dead letter; ``changed`` = it wrote something."""
+
+    action: str
+    entity: str = ""
+    detail: str = ""
+    changed: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"action": self.action, "entity": self.entity, "detail": self.detail,
+                "changed": self.changed}
+
+
+def original_topic(msg: StoredMessage) -> str:
+    if msg.original_topic:
+        return msg.original_topic
+    return msg.topic.removesuffix(DLQ_SUFFIX)
+
+
+def failure_text(msg: StoredMessage) -> str:
+    """``dead-lettered from build after 10 attempts: ConnectionError: ...``."""
+    n = msg.failure_count or 0
+    attempts = f"{n} attempt{'' if n == 1 else 's'}"
+    return (f"dead-lettered from {original_topic(msg)} after {attempts}: "
+            f"{msg.last_error or 'unknown error'}")
+
+
+def failure_metadata(msg: StoredMessage) -> dict[str, Any]:
+    return {"dlq_topic": msg.topic, "dlq_original_topic": original_topic(msg),
+            "dlq_failure_count": msg.failure_count or 0,
+            "dlq_failed_at_ms": msg.failed_at_ms or 0}
+
+
+def decode_entity(msg: StoredMessage) -> EntityMsg:
+    """The ``id`` and ``queue`` every orchestrator payload carries, read leniently (the
+    payload may be why the primary failed), or ``Undecodable``."""
+    try:
+        payload = msg.payload
+    except ValueError as exc:
+        raise Undecodable(f"message {msg.seq} is not JSON: {exc}") from None
+    if isinstance(payload, dict):
+        ident, queue = payload.get("id"), payload.get("queue")
+        if isinstance(ident, str) and ident and isinstance(queue, str) and queue:
+            return EntityMsg(id=ident, queue=queue)
+    raise Undecodable(
+        f"message {msg.seq} of {msg.topic} names no entity (needs string 'id' and 'queue')")
+
+
+class Reconciler:
+    """The reconciler of one DLQ topic; ``process`` for the consumer, ``reconcile`` for
+    the admin API's synchronous drain."""
+
+    def __init__(self, deps: Deps, topic: str) -> None:
+        self.deps = deps
+        self.topic = topic  # the original topic
+        self.dlq_topic = topic + DLQ_SUFFIX
+
+    async def process(self, delivery: Delivery) -> None:
+        outcome = await self.reconcile(delivery.message)
+        log.info("dead letter reconciled", extra={
+            "topic": delivery.topic, "message_id": delivery.message_id, **outcome.as_dict()})
+
+    async def reconcile(self, msg: StoredMessage) -> Outcome:
+        raise NotImplementedError
+
+
+class RequestReconciler(Reconciler):
+    async def reconcile(self, msg: StoredMessage) -> Outcome:
+        ent = decode_entity(msg)
+        return await fail_request(self.deps, queue=ent.queue, sqid=ent.id, msg=msg)
+
+
+class BatchReconciler(Reconciler):
+    async def reconcile(self, msg: StoredMessage) -> Outcome:
+        ent = decode_entity(msg)
+        if self.topic == m.SPECULATE:
+            return await self._speculate(ent, msg)
+        return await fail_batch(self.deps, queue=ent.queue, batch_id=ent.id, msg=msg,
+                                conclude=self.topic == m.CONCLUDE)
+
+    async def _speculate(self, ent: EntityMsg, msg: StoredMessage) -> Outcome:
+        subjects = (msg.failure_detail or {}).get("subjects") or []
+        culprits = [str(s["id"]) for s in subjects
+                    if isinstance(s, dict) and s.get("type") == "batch" and s.get("id")]
+        outcomes = [await fail_batch(self.deps, queue=ent.queue, batch_id=b, msg=msg,
+                                     wake=False) for b in (culprits or [ent.id])]
+        changed = any(o.changed for o in outcomes)
+        if changed:
+            async with self.deps.db.read() as s:
+                active = await batch_repo.list_by_states(s, queue=ent.queue, states=ACTIVE)
+            if active:
+                await self.deps.publish(
+                    m.SPECULATE, EntityMsg(id=active[0].id, queue=ent.queue),
+                    partition_key=ent.queue, message_id=unique_id(f"{active[0].id}/dlq"))
+        first = outcomes[0]
+        return Outcome(first.action if len(outcomes) == 1 else "failed" if changed else "left",
+                       ",".join(o.entity for o in outcomes),
+                       "; ".join(o.detail for o in outcomes if o.detail), changed)
+
+
+class BuildReconciler(Reconciler):
+    async def reconcile(self, msg: StoredMessage) -> Outcome:
+        ent = decode_entity(msg)
+        try:
+            async with self.deps.db.read() as s:
+                build = await spec_repo.get_build(s, queue=ent.queue, id=ent.id)
+        except NotFound:
+            return Outcome("not_found", ent.id, "build does not exist")
+        return await fail_batch(self.deps, queue=ent.queue, batch_id=build.batch_id, msg=msg)
+
+
+class LogReconciler(Reconciler):
+    """``log_dlq`` (gateway): persist a decodable entry; anything else is undecodable."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.topic = m.LOG
+        self.dlq_topic = m.LOG + DLQ_SUFFIX
+
+    async def reconcile(self, msg: StoredMessage) -> Outcome:
+        try:
+            entry = LogMsg.model_validate(msg.payload).entry()
+        except (ValueError, PydanticValidationError) as exc:
+            raise Undecodable(f"message {msg.seq} is not a log entry: {exc}") from None
+        await persist_log(self.db, entry)
+        return Outcome("persisted", entry.request_id, entry.log_id, True)
+
+
+async def fail_request(deps: Deps, *, queue: str, sqid: str, msg: StoredMessage) -> Outcome:
+    req = await load_request(deps, queue, sqid)
+    if req is None:
+        return Outcome("not_found", sqid, "request does not exist")
+    if req.state.terminal and req.state is not RequestState.ERROR:
+        return Outcome("left", sqid, f"request is {req.state}")
+    if not req.state.terminal:
+        async with deps.db.read() as s:
+            batches = await batch_repo.for_request(s, queue=queue, request_id=sqid)
+        for b in batches:
+            creating = b.state is BatchState.CREATING
+            if (not creating and b.state is not BatchState.FAILED) or (
+                    creating and req.state is RequestState.BATCHED):
+                return Outcome("owned_by_batch", sqid, f"batch {b.id} is {b.state}")
+    result = await terminate_request(
+        deps, queue=queue, sqid=sqid, target=RequestState.ERROR, last_error=failure_text(msg),
+        metadata=failure_metadata(msg))
+    action = {"terminated": "terminated", "repaired": "repaired"}.get(result, "left")
+    return Outcome(action, sqid, f"request {result}", result == "terminated")
+
+
+async def fail_batch(
+    deps: Deps, *, queue: str, batch_id: str, msg: StoredMessage, conclude: bool = False,
+    wake: bool = True,
+) -> Outcome:
+    try:
+        async with deps.db.read() as s:
+            batch = await batch_repo.get(s, queue=queue, id=batch_id)
+    except NotFound:
+        return Outcome("not_found", batch_id, "batch does not exist")
+    if batch.state in (BatchState.SUCCEEDED, BatchState.CANCELLED):
+        if conclude:
+            await _fan_out(deps, batch, BATCH_TO_REQUEST_TERMINAL[batch.state])
+        return Outcome("left", batch_id, f"batch is {batch.state}")
+    if batch.state is BatchState.FAILED:
+        await _fan_out(deps, batch, RequestState.ERROR)
+        return Outcome("repaired", batch_id, "batch already failed; members re-concluded")
+    failed = replace(batch, state=BatchState.FAILED, version=batch.version + 1,
+                     failure_reason=failure_text(msg))
+    async with deps.db.write() as s:
+        await batch_repo.update(s, old=batch, new=failed, now_ms=deps.now())
+    await _fan_out(deps, failed, RequestState.ERROR)
+    if wake:
+        await deps.publish(m.SPECULATE, EntityMsg(id=batch_id, queue=queue),
+                           partition_key=queue, message_id=f"{batch_id}/dlq")
+    return Outcome("failed", batch_id, f"batch was {batch.state}", True)
+
+
+async def _fan_out(deps: Deps, batch: Batch, target: RequestState) -> None:
+    for sqid in batch.contains:
+        try:
+            await terminate_request(deps, queue=batch.queue, sqid=sqid, target=target,
+                                    last_error=batch.failure_reason if target is
+                                    RequestState.ERROR else "",
+                                    metadata={"batch_id": batch.id})
+        except NotFound:
+            log.warning("member of a dead-lettered batch is missing",
+                        extra={"batch_id": batch.id, "sqid": sqid})
+
+
+ReconcilerFactory = Callable[[Deps, str], Reconciler]
+
+
+def build_reconcilers(deps: Deps) -> dict[str, Reconciler]:
+    """Every DLQ topic's reconciler, keyed by the DLQ topic name."""
+    out: dict[str, Reconciler] = {}
+    kinds: tuple[tuple[tuple[str, ...], ReconcilerFactory], ...] = (
+        (REQUEST_TOPICS, RequestReconciler), (BATCH_TOPICS, BatchReconciler),
+        (BUILD_TOPICS, BuildReconciler))
+    for topics, factory in kinds:
+        for topic in topics:
+            r = factory(deps, topic)
+            out[r.dlq_topic] = r
+    log_r = LogReconciler(deps.db)
+    out[log_r.dlq_topic] = log_r
+    return out

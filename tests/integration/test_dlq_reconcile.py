@@ -1,0 +1,242 @@
+"""Dead-letter reconciliation per topic, through the real pipeline (in-process app over
+HTTP, SQLite and PostgreSQL): a fake that keeps raising a retryable error, or a poison
+payload published straight to the topic, dead-letters a message; its reconciler
+drives the request or batch to its failed state with an honest ``last_error``."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.controllers.dlq import Undecodable, build_reconcilers
+from app.domain import messages as m
+from app.queue import StoredMessage
+from tests.conftest import BACKENDS
+from tests.e2e.harness import Server, change, serve
+
+pytestmark = [
+    pytest.mark.parametrize("database_url", BACKENDS, indirect=True),
+    pytest.mark.timeout(90),
+]
+
+FAST = {"queue_max_attempts": 2}
+
+
+async def wait_dlq(server: Server, dlq_topic: str, *, timeout: float = 30,
+                   unsettled: bool = False) -> StoredMessage:
+    """The first message of ``dlq_topic`` (settled or not), waiting for it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        msgs = await server.runtime.broker.list_messages(dlq_topic, unsettled_only=unsettled)
+        if msgs:
+            return msgs[-1]
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"nothing reached {dlq_topic} in {timeout}s")
+
+
+async def poison(server: Server, topic: str, payload: Any, key: str) -> None:
+    await server.runtime.broker.publish(topic, payload, partition_key=key,
+                                        message_id=f"poison-{uuid.uuid4().hex[:8]}")
+
+
+async def assert_error(server: Server, sqid: str, topic: str, attempts: int,
+                       error: str) -> None:
+    assert await server.wait_terminal(sqid) == "error"
+    summary = await server.summary(sqid)
+    expected = f"dead-lettered from {topic} after {attempts} attempt"
+    assert expected in summary["last_error"], summary["last_error"]
+    assert error in summary["last_error"], summary["last_error"]
+    statuses = await server.statuses(sqid)
+    assert statuses[-1] == "error" and statuses.count("error") == 1, statuses
+
+
+# -- natural failures: a fake that keeps raising ConnectionError ---------------------
+
+
+@pytest.mark.parametrize(("fake", "topic"), [
+    ("build-error", m.BUILDSIGNAL),
+    ("trigger-error", m.BUILD),
+    ("merge-error-late", m.MERGE),
+    ("merge-error", m.MERGECHECK),
+])
+async def test_retryable_failure_exhausts_attempts_and_fails_the_request(
+    database_url: str, tmp_path: Path, fake: str, topic: str
+) -> None:
+    async with serve(database_url, tmp_path, **FAST) as server:
+        sqid = await server.land(change(f"f-{fake}", files="a/x.py", fake=fake))
+        await assert_error(server, sqid, topic, 2, "ConnectionError")
+        dead = await wait_dlq(server, f"{topic}_dlq")
+        assert dead.original_topic == topic and dead.failure_count == 2
+        if topic != m.MERGECHECK:  # the batch failed too, with the same reason
+            async with server.runtime.db.read() as s:
+                from app.db.repos import batches as batch_repo
+                (batch,) = await batch_repo.for_request(s, queue="demo", request_id=sqid)
+            assert batch.state == "failed"
+            assert f"dead-lettered from {topic}" in batch.failure_reason
+
+
+# -- poison payloads, request-scoped: the request waits in `started` -----------------
+
+
+REQUEST_POISON = {
+    m.START: lambda sqid: {"id": sqid, "queue": "demo", "change_uris": []},
+    m.CANCEL: lambda sqid: {"id": sqid, "queue": "demo", "reason": 7},
+    m.VALIDATE: lambda sqid: {"id": sqid, "queue": "demo", "extra": 1},
+    m.MERGECHECK: lambda sqid: {"id": sqid, "queue": "demo", "extra": 1},
+    m.MERGECONFLICTSIGNAL: lambda sqid: {"id": sqid, "queue": "demo", "outcome": "maybe"},
+    m.BATCH: lambda sqid: {"id": sqid, "queue": "demo", "extra": 1},
+}
+
+
+@pytest.mark.parametrize("topic", list(REQUEST_POISON))
+async def test_poison_on_a_request_topic_ends_the_request_in_error(
+    database_url: str, tmp_path: Path, topic: str
+) -> None:
+    async with serve(database_url, tmp_path, **FAST) as server:
+        broker = server.runtime.broker
+        # Hold the request before the poisoned stage's own consumer.
+        paused = m.MERGECHECK if topic == m.VALIDATE else m.VALIDATE
+        await broker.pause(m.ORCHESTRATOR_GROUP, paused)
+        sqid = await server.land(change(f"p-{topic}", files="a/x.py"))
+        await server.wait_status(sqid, {"validating"} if topic == m.VALIDATE else {"started"})
+        await poison(server, topic, REQUEST_POISON[topic](sqid), sqid)
+        await assert_error(server, sqid, topic, 1, "ValidationError")
+        await broker.resume(m.ORCHESTRATOR_GROUP, paused)
+        await asyncio.sleep(0.5)  # the paused stage now sees a halted request
+        assert (await server.summary(sqid))["status"] == "error"
+
+
+# -- poison payloads, batch-scoped: the batch waits in `created` or `speculating` ----
+
+
+BATCH_POISON = [
+    (m.DEPENDENCY_ANALYSIS, m.SPECULATE),
+    (m.CONCLUDE, m.SPECULATE),
+    (m.MERGESIGNAL, m.SPECULATE),
+    (m.MERGE, m.SPECULATE),
+    (m.BUILD, m.SPECULATE),
+    (m.SPECULATE, m.BUILD),
+]
+
+
+@pytest.mark.parametrize(("topic", "paused"), BATCH_POISON)
+async def test_poison_on_a_batch_topic_fails_the_batch_and_its_members(
+    database_url: str, tmp_path: Path, topic: str, paused: str
+) -> None:
+    async with serve(database_url, tmp_path, **FAST) as server:
+        broker = server.runtime.broker
+        await broker.pause(m.ORCHESTRATOR_GROUP, paused)
+        sqid = await server.land(change(f"b-{topic}", files="a/x.py"))
+        await server.wait_status(sqid, {"batched"} if paused == m.SPECULATE
+                                 else {"speculating"})
+        bid = (await server.summary(sqid))["metadata"]["batch_id"]
+        payload: dict[str, Any] = {"id": bid, "queue": "demo", "extra": 1}
+        await poison(server, topic, payload, "demo")
+        await assert_error(server, sqid, topic, 1, "ValidationError")
+        async with server.runtime.db.read() as s:
+            from app.db.repos import batches as batch_repo
+            batch = await batch_repo.get(s, queue="demo", id=bid)
+        assert batch.state == "failed"
+        await broker.resume(m.ORCHESTRATOR_GROUP, paused)
+        await asyncio.sleep(0.5)
+        assert (await server.summary(sqid))["status"] == "error"
+
+
+# -- races, idempotence, undecodable ---------------------------------------------------
+
+
+async def test_a_late_primary_success_wins_over_reconciliation(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with serve(database_url, tmp_path, **FAST) as server:
+        sqid = await server.land(change("race", files="a/x.py"))
+        assert await server.wait_terminal(sqid) == "landed"
+        bid = (await server.summary(sqid))["metadata"]["batch_id"]
+        # Dead letters for the request and its batch arriving after the success.
+        await poison(server, m.MERGE + "_dlq", {"id": bid, "queue": "demo"}, "demo")
+        await poison(server, m.VALIDATE + "_dlq", {"id": sqid, "queue": "demo"}, "demo")
+        await poison(server, m.CONCLUDE + "_dlq", {"id": bid, "queue": "demo"}, "demo")
+        await asyncio.sleep(1.0)
+        summary = await server.summary(sqid)
+        assert summary["status"] == "landed" and summary["last_error"] == ""
+        for dlq in ("merge_dlq", "validate_dlq", "conclude_dlq"):
+            assert await server.runtime.broker.list_messages(dlq) == []  # settled: acked
+        reconcilers = build_reconcilers(server.runtime.deps)
+        msg = (await server.runtime.broker.list_messages("merge_dlq", unsettled_only=False))[0]
+        outcome = await reconcilers["merge_dlq"].reconcile(msg)
+        assert (outcome.action, outcome.changed) == ("left", False)
+
+
+async def test_reconciling_twice_is_idempotent_and_repairs_the_log(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with serve(database_url, tmp_path, **FAST) as server:
+        sqid = await server.land(change("twice", files="a/x.py", fake="trigger-error"))
+        await assert_error(server, sqid, m.BUILD, 2, "ConnectionError")
+        dead = await wait_dlq(server, "build_dlq")
+        reconciler = build_reconcilers(server.runtime.deps)["build_dlq"]
+        again = await reconciler.reconcile(dead)
+        assert (again.action, again.changed) == ("repaired", False)
+        await asyncio.sleep(0.3)
+        await assert_error(server, sqid, m.BUILD, 2, "ConnectionError")
+
+
+async def test_a_request_owned_by_a_live_batch_is_left_to_it(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with serve(database_url, tmp_path, **FAST) as server:
+        await server.runtime.broker.pause(m.ORCHESTRATOR_GROUP, m.SPECULATE)
+        sqid = await server.land(change("owned", files="a/x.py"))
+        await server.wait_status(sqid, {"batched"})
+        await poison(server, m.BATCH, {"id": sqid, "queue": "demo", "extra": 1}, "demo")
+        dead = await wait_dlq(server, "batch_dlq")
+        outcome = await build_reconcilers(server.runtime.deps)["batch_dlq"].reconcile(dead)
+        assert outcome.action == "owned_by_batch"
+        await server.runtime.broker.resume(m.ORCHESTRATOR_GROUP, m.SPECULATE)
+        assert await server.wait_terminal(sqid) == "landed"
+
+
+async def test_missing_entity_is_acked_and_log_dlq_persists_decodable_entries(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with serve(database_url, tmp_path, **FAST) as server:
+        await poison(server, "build_dlq", {"id": "demo/batch/999", "queue": "demo"}, "x")
+        await poison(server, "start_dlq", {"id": "demo/999", "queue": "demo"}, "demo")
+        sqid = await server.land(change("logged", files="a/x.py"))
+        assert await server.wait_terminal(sqid) == "landed"
+        entry = {"queue": "demo", "request_id": sqid, "log_id": f"{sqid}/waiting/dlq",
+                 "timestamp_ms": 1, "type": "event", "event": "waiting"}
+        await poison(server, "log_dlq", entry, sqid)
+        deadline = time.monotonic() + 10
+        while not any(e.get("event") == "waiting" for e in await server.history(sqid)):
+            assert time.monotonic() < deadline, "log_dlq entry was not persisted"
+            await asyncio.sleep(0.05)
+        for dlq in ("build_dlq", "start_dlq", "log_dlq"):
+            assert await server.runtime.broker.list_messages(dlq) == []
+
+
+async def test_an_undecodable_poison_stays_visible_in_its_dlq(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with serve(database_url, tmp_path, **FAST) as server:
+        await poison(server, m.LOG, {"garbage": True}, "nowhere")
+        await poison(server, m.START, ["not", "an", "object"], "demo")
+        reconcilers = build_reconcilers(server.runtime.deps)
+        for dlq in ("log_dlq", "start_dlq"):
+            dead = await wait_dlq(server, dlq, unsettled=True)
+            with pytest.raises(Undecodable):
+                await reconcilers[dlq].reconcile(dead)
+        await asyncio.sleep(1.5)  # the reconciler consumer has tried meanwhile: parked at once
+        for dlq, original in (("log_dlq", "log"), ("start_dlq", "start")):
+            (still,) = await server.runtime.broker.list_messages(dlq)
+            assert still.settled_at_ms is None and still.parked
+            assert still.original_topic == original
+            assert still.failure_count == 1  # a decode error is not retried
+            assert "dead" not in (still.last_error or "")  # the original failure is kept
+            assert still.failure_detail is not None
+            assert "Undecodable" in still.failure_detail["parked"]["error"]
