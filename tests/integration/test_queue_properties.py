@@ -27,11 +27,11 @@ import asyncio
 import itertools
 from collections import Counter
 from collections.abc import Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -69,12 +69,14 @@ MESSAGE_IDS = tuple(f"m{i}" for i in range(6))
 START_MS = 1_700_000_000_000
 
 SETTINGS = settings(
-    max_examples=30,
+    max_examples=100,
     stateful_step_count=30,
     deadline=None,
     database=None,  # keep the working tree clean; failures print a reproduction blob
     print_blob=True,
+    report_multiple_bugs=False,
     suppress_health_check=[HealthCheck.too_slow],
+    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
 )
 
 keys = st.tuples(st.sampled_from(PARTITIONS), st.sampled_from(MESSAGE_IDS))
@@ -82,17 +84,33 @@ index = st.integers(min_value=0, max_value=10_000)
 delays = st.sampled_from([0, 1, 400, 999, 2500])
 
 
-@dataclass
 class Env:
-    loop: asyncio.AbstractEventLoop
-    url: str
-    serial: bool
-    topics: itertools.count[int] = field(default_factory=itertools.count)
+    """What the examples of one test share: an event loop and one started broker.
 
-    def backend(self) -> Backend:
-        if self.url.startswith("sqlite"):
-            return SqliteBackend(sqlite_path_from_url(self.url))
-        return PostgresBackend(postgres_dsn_from_url(self.url), min_size=1, max_size=2)
+    Each example declares a topic of its own in the shared topology and resets the
+    fake clock, so examples are independent while the connections are made once.
+    """
+
+    def __init__(self, url: str, serial: bool) -> None:
+        self.serial = serial
+        self.now = START_MS
+        self.topology = Topology()
+        self.topics = itertools.count()
+        self.loop = asyncio.new_event_loop()
+        backend: Backend = (
+            SqliteBackend(sqlite_path_from_url(url)) if url.startswith("sqlite")
+            else PostgresBackend(postgres_dsn_from_url(url), min_size=1, max_size=2)
+        )
+        self.broker = Broker(backend, self.topology, clock=lambda: self.now)
+        self.loop.run_until_complete(self.broker.start())
+
+    def close(self) -> None:
+        try:
+            self.loop.run_until_complete(self.broker.close())
+            self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+            self.loop.run_until_complete(self.loop.shutdown_default_executor())
+        finally:
+            self.loop.close()
 
 
 @dataclass
@@ -109,6 +127,13 @@ class ModelDelivery:
         return self.token is not None and self.available_at > now
 
 
+def by_key(topic: str, rows: list[StoredMessage]) -> dict[Key, StoredMessage]:
+    found = Counter((m.partition_key, m.message_id) for m in rows)
+    dupes = [k for k, n in found.items() if n > 1]
+    assert not dupes, f"stored more than once in {topic}: {dupes}"
+    return {(m.partition_key, m.message_id): m for m in rows}
+
+
 class QueueMachine(RuleBasedStateMachine):
     def __init__(self, env: Env) -> None:
         super().__init__()
@@ -116,13 +141,12 @@ class QueueMachine(RuleBasedStateMachine):
         self.serial = env.serial
         self.topic = f"t{next(env.topics)}"
         self.dlq_topic = f"{self.topic}_dlq"
-        topology = Topology()
-        topology.declare(TopicSpec(self.topic, serial=self.serial, max_attempts=MAX_ATTEMPTS,
-                                   visibility_timeout_ms=VISIBILITY_MS))
-        topology.subscribe(self.topic, GROUP)  # nobody reads the DLQ: dead letters park
-        self.now = START_MS
-        self.broker = Broker(env.backend(), topology, clock=lambda: self.now)
-        self.run(self.broker.start())
+        env.topology.declare(TopicSpec(self.topic, serial=self.serial,
+                                       max_attempts=MAX_ATTEMPTS,
+                                       visibility_timeout_ms=VISIBILITY_MS))
+        env.topology.subscribe(self.topic, GROUP)  # nobody reads the DLQ: dead letters park
+        env.now = START_MS
+        self.broker = env.broker
         # The model.
         self.published: dict[str, list[str]] = {pk: [] for pk in PARTITIONS}
         self.payloads: dict[Key, Any] = {}
@@ -134,11 +158,16 @@ class QueueMachine(RuleBasedStateMachine):
         self.orders = itertools.count()
         self.hand: list[ClaimedDelivery] = []  # claimed and not yet settled (maybe stale)
 
+    @property
+    def now(self) -> int:
+        return self.env.now  # the broker's clock
+
+    @now.setter
+    def now(self, value: int) -> None:
+        self.env.now = value
+
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self.env.loop.run_until_complete(coro)
-
-    def teardown(self) -> None:
-        self.run(self.broker.close())
 
     # -- helpers -------------------------------------------------------------------
     def all_keys(self) -> set[Key]:
@@ -170,12 +199,8 @@ class QueueMachine(RuleBasedStateMachine):
         return md
 
     def messages(self, topic: str, *, unsettled_only: bool) -> dict[Key, StoredMessage]:
-        rows = self.run(self.broker.list_messages(topic, unsettled_only=unsettled_only,
-                                                  limit=1000))
-        found = Counter((m.partition_key, m.message_id) for m in rows)
-        dupes = [k for k, n in found.items() if n > 1]
-        assert not dupes, f"stored more than once in {topic}: {dupes}"
-        return {(m.partition_key, m.message_id): m for m in rows}
+        return by_key(topic, self.run(self.broker.list_messages(
+            topic, unsettled_only=unsettled_only, limit=1000)))
 
     def take_from_hand(self, i: int) -> ClaimedDelivery:
         return self.hand.pop(i % len(self.hand))
@@ -288,6 +313,8 @@ class QueueMachine(RuleBasedStateMachine):
         row = self.messages(self.dlq_topic, unsettled_only=False)[key]
         msg = self.run(self.broker.requeue(self.dlq_topic, row.seq))
         assert (msg.partition_key, msg.message_id, msg.original_topic) == (*key, self.topic)
+        left = self.messages(self.dlq_topic, unsettled_only=False)
+        assert key not in left, f"requeued {key} is still in the DLQ"
         del self.dlq[key]
         self.new_delivery(key)
 
@@ -341,6 +368,15 @@ class QueueMachine(RuleBasedStateMachine):
         self.now += VISIBILITY_MS
         self.hand.extend(self.do_claim(n))
 
+    @precondition(lambda self: any(self.owner(cd) is None for cd in self.hand))
+    @rule(i=index, kind=st.sampled_from(["ack", "retry", "hold", "release", "extend",
+                                         "dead_letter"]))
+    def settle_with_a_lost_lease(self, i: int, kind: str) -> None:
+        """A holder whose lease lapsed (and was re-claimed, or whose message moved on)
+        cannot settle, delay or extend it any more."""
+        lost = [j for j, cd in enumerate(self.hand) if self.owner(cd) is None]
+        self.do_settle(kind, self.hand.pop(lost[i % len(lost)]), 400)
+
     @rule(ms=st.sampled_from([1, 399, 400, 999, 1000, 1001, 2500]))
     def advance_clock(self, ms: int) -> None:
         self.now += ms  # leases, holds and retry delays lapse without sleeping
@@ -384,9 +420,22 @@ class QueueMachine(RuleBasedStateMachine):
         assert sum(len(p) for p in places) == len(self.all_keys())
         assert set().union(*places) == self.all_keys()
 
-        everything = self.messages(self.topic, unsettled_only=False)
-        unsettled = self.messages(self.topic, unsettled_only=True)
-        dead = self.messages(self.dlq_topic, unsettled_only=False)
+        # Read concurrently: the SQLite backend runs these in one transaction.
+        b = self.broker
+
+        async def read() -> tuple[Any, ...]:
+            return tuple(await asyncio.gather(
+                b.list_messages(self.topic, unsettled_only=False, limit=1000),
+                b.list_messages(self.topic, unsettled_only=True, limit=1000),
+                b.list_messages(self.dlq_topic, unsettled_only=False, limit=1000),
+                b.stats(),
+                b.next_due(GROUP, self.topic),
+            ))
+
+        all_rows, unsettled_rows, dead_rows, all_stats, next_due = self.run(read())
+        everything = by_key(self.topic, all_rows)
+        unsettled = by_key(self.topic, unsettled_rows)
+        dead = by_key(self.dlq_topic, dead_rows)
         assert set(everything) == self.all_keys(), "a published message is missing or extra"
         assert set(unsettled) == set(self.deliveries), "pending/in-flight messages differ"
         assert set(everything) - set(unsettled) == self.acked | set(self.dlq)
@@ -397,7 +446,7 @@ class QueueMachine(RuleBasedStateMachine):
             assert m.failure_count == self.dlq[key], f"{key}: failure_count"
             assert m.payload == self.payloads[key]
 
-        (stats,) = [s for s in self.run(self.broker.stats()) if s.topic == self.topic]
+        (stats,) = [s for s in all_stats if s.topic == self.topic]
         (gs,) = stats.groups
         ds = list(self.deliveries.values())
         now = self.now
@@ -411,9 +460,9 @@ class QueueMachine(RuleBasedStateMachine):
         }
         actual = {"depth": gs.depth, "in_flight": gs.in_flight, "held": gs.held,
                   "retrying": gs.retrying, "dlq_size": stats.dlq_size}
-        assert actual == expected
+        assert actual == expected, f"stats {actual}, model {expected}"
         due = [d.available_at for d in ds if d.available_at > now]
-        assert self.run(self.broker.next_due(GROUP, self.topic)) == (min(due) if due else None)
+        assert next_due == (min(due) if due else None)
 
         for pk in PARTITIONS:
             firsts = self.first_delivered[pk]
@@ -423,13 +472,13 @@ class QueueMachine(RuleBasedStateMachine):
                 assert len(flying) <= 1, f"{pk}: {flying} in flight at once"
 
 
+# Passing takes seconds; the long timeout leaves room for shrinking a failure
+# (Hypothesis stops shrinking after 300 s), which the default would interrupt.
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("serial", [True, False], ids=["serial", "parallel"])
 def test_queue_state_machine(database_url: str, serial: bool) -> None:
-    loop = asyncio.new_event_loop()
-    env = Env(loop=loop, url=database_url, serial=serial)
+    env = Env(database_url, serial)
     try:
         run_state_machine_as_test(lambda: QueueMachine(env), settings=SETTINGS)
     finally:
-        loop.run_until_complete(loop.shutdown_asyncgens())
-        loop.run_until_complete(loop.shutdown_default_executor())
-        loop.close()
+        env.close()
