@@ -14,7 +14,7 @@ transaction, and a redelivery finds the association, so no inert duplicate batch
 
 from __future__ import annotations
 
-from app.controllers.common import Deps, status_log
+from app.controllers.common import StageController, status_log
 from app.db.repos import batches as batch_repo
 from app.db.repos import requests as request_repo
 from app.db.repos.counters import next_number
@@ -26,10 +26,7 @@ from app.domain.states import BatchState, RequestState
 from app.queue import Delivery
 
 
-class BatchController:
-    def __init__(self, deps: Deps) -> None:
-        self.deps = deps
-
+class BatchController(StageController):
     async def process(self, delivery: Delivery) -> None:
         msg = EntityMsg.model_validate(delivery.payload)
         async with self.deps.db.read() as s:

@@ -15,7 +15,7 @@ controller only creates the ``Build`` row and the write-once (path, attempt) lin
 
 from __future__ import annotations
 
-from app.controllers.common import Deps
+from app.controllers.common import StageController
 from app.db.repos import batches as batch_repo
 from app.db.repos import requests as request_repo
 from app.db.repos import speculation as spec_repo
@@ -26,10 +26,7 @@ from app.extensions.base import BuildRequest
 from app.queue import Delivery
 
 
-class BuildController:
-    def __init__(self, deps: Deps) -> None:
-        self.deps = deps
-
+class BuildController(StageController):
     async def process(self, delivery: Delivery) -> None:
         msg = BuildMsg.model_validate(delivery.payload)
         q = msg.queue

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from app.controllers.common import Deps, event_log
+from app.controllers.common import StageController, event_log
 from app.db.repos import batches as batch_repo
 from app.db.repos import speculation as spec_repo
 from app.domain.entities import Batch, Build
@@ -34,10 +34,7 @@ POLL_ACCEPTED_MS = 500
 POLL_RUNNING_MS = 250
 
 
-class BuildSignalController:
-    def __init__(self, deps: Deps) -> None:
-        self.deps = deps
-
+class BuildSignalController(StageController):
     async def process(self, delivery: Delivery) -> None:
         msg = EntityMsg.model_validate(delivery.payload)
         q = msg.queue

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from app.controllers.common import Deps, load_request, terminate_request
+from app.controllers.common import StageController, load_request, terminate_request
 from app.db.repos import batches as batch_repo
 from app.db.repos import requests as request_repo
 from app.domain.errors import NotFound
@@ -23,10 +23,7 @@ from app.queue import Delivery
 MISSING_GRACE_MS = 5 * 60 * 1000
 
 
-class CancelController:
-    def __init__(self, deps: Deps) -> None:
-        self.deps = deps
-
+class CancelController(StageController):
     async def process(self, delivery: Delivery) -> None:
         msg = CancelRequestMsg.model_validate(delivery.payload)
         req = await load_request(self.deps, msg.queue, msg.id)

@@ -41,6 +41,13 @@ class Deps:
             ])
 
 
+class StageController:
+    """Base of the pipeline's controllers: each holds the shared dependencies."""
+
+    def __init__(self, deps: Deps) -> None:
+        self.deps = deps
+
+
 def unique_id(base: str) -> str:
     """A message id for a hand-off that must not be deduplicated (no stable cause)."""
     return f"{base}@{uuid.uuid4().hex[:16]}"

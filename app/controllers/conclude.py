@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from app.controllers.common import Deps, terminate_request
+from app.controllers.common import StageController, terminate_request
 from app.db.repos import batches as batch_repo
 from app.domain.errors import InvalidState
 from app.domain.messages import ConcludeMsg
@@ -19,10 +19,7 @@ from app.domain.states import BATCH_TO_REQUEST_TERMINAL
 from app.queue import Delivery
 
 
-class ConcludeController:
-    def __init__(self, deps: Deps) -> None:
-        self.deps = deps
-
+class ConcludeController(StageController):
     async def process(self, delivery: Delivery) -> None:
         msg = ConcludeMsg.model_validate(delivery.payload)
         async with self.deps.db.read() as s:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from app.controllers.common import Deps, status_log
+from app.controllers.common import StageController, status_log
 from app.db.repos import batches as batch_repo
 from app.db.repos import changes as change_repo
 from app.db.repos import requests as request_repo
@@ -31,10 +31,7 @@ log = logging.getLogger("submitqueue.controllers")
 IN_FLIGHT = (BatchState.CREATED, BatchState.SPECULATING, BatchState.MERGING)
 
 
-class DependencyAnalysisController:
-    def __init__(self, deps: Deps) -> None:
-        self.deps = deps
-
+class DependencyAnalysisController(StageController):
     async def process(self, delivery: Delivery) -> None:
         msg = EntityMsg.model_validate(delivery.payload)
         async with self.deps.db.read() as s:

@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from app.controllers.common import Deps, status_log
+from app.controllers.common import StageController, status_log
 from app.db.repos import batches as batch_repo
 from app.db.repos import requests as request_repo
 from app.domain.errors import InvalidState
@@ -20,10 +20,7 @@ from app.extensions.base import MergeSpec, MergeStep
 from app.queue import Delivery
 
 
-class MergeController:
-    def __init__(self, deps: Deps) -> None:
-        self.deps = deps
-
+class MergeController(StageController):
     async def process(self, delivery: Delivery) -> None:
         msg = EntityMsg.model_validate(delivery.payload)
         async with self.deps.db.read() as s:

@@ -11,7 +11,7 @@ queue's merger; the outcome goes to ``mergeconflictsignal``.
 
 from __future__ import annotations
 
-from app.controllers.common import Deps
+from app.controllers.common import StageController
 from app.db.repos import requests as request_repo
 from app.domain.messages import MERGECONFLICTSIGNAL, EntityMsg, ResultMsg
 from app.domain.states import RequestState
@@ -19,10 +19,7 @@ from app.extensions.base import MergeSpec, MergeStep
 from app.queue import Delivery
 
 
-class MergeCheckController:
-    def __init__(self, deps: Deps) -> None:
-        self.deps = deps
-
+class MergeCheckController(StageController):
     async def process(self, delivery: Delivery) -> None:
         msg = EntityMsg.model_validate(delivery.payload)
         async with self.deps.db.read() as s:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from app.controllers.common import Deps, status_log, terminate_request
+from app.controllers.common import StageController, status_log, terminate_request
 from app.db.repos import requests as request_repo
 from app.domain.entities import LandRequest
 from app.domain.messages import BATCH, EntityMsg, ResultMsg
@@ -22,10 +22,7 @@ from app.domain.states import RequestState
 from app.queue import Delivery
 
 
-class MergeConflictSignalController:
-    def __init__(self, deps: Deps) -> None:
-        self.deps = deps
-
+class MergeConflictSignalController(StageController):
     async def process(self, delivery: Delivery) -> None:
         msg = ResultMsg.model_validate(delivery.payload)
         async with self.deps.db.read() as s:

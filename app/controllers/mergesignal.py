@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from app.controllers.common import Deps
+from app.controllers.common import StageController
 from app.db.repos import batches as batch_repo
 from app.domain.errors import InvalidState
 from app.domain.messages import CONCLUDE, SPECULATE, ConcludeMsg, EntityMsg, ResultMsg
@@ -21,10 +21,7 @@ from app.domain.states import BatchState
 from app.queue import Delivery
 
 
-class MergeSignalController:
-    def __init__(self, deps: Deps) -> None:
-        self.deps = deps
-
+class MergeSignalController(StageController):
     async def process(self, delivery: Delivery) -> None:
         msg = ResultMsg.model_validate(delivery.payload)
         async with self.deps.db.read() as s:

@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from app.controllers.common import Deps, load_request, status_log
+from app.controllers.common import StageController, load_request, status_log
 from app.db.repos import requests as request_repo
 from app.domain.entities import LandRequest
 from app.domain.messages import VALIDATE, EntityMsg, LandRequestMsg
@@ -17,10 +17,7 @@ from app.domain.states import RequestState
 from app.queue import Delivery
 
 
-class StartController:
-    def __init__(self, deps: Deps) -> None:
-        self.deps = deps
-
+class StartController(StageController):
     async def process(self, delivery: Delivery) -> None:
         msg = LandRequestMsg.model_validate(delivery.payload)
         current = await load_request(self.deps, msg.queue, msg.id)

@@ -11,7 +11,7 @@ dry-run merge. Serial per merge queue, so the duplicate check and the claim cann
 
 from __future__ import annotations
 
-from app.controllers.common import Deps, status_log, terminate_request
+from app.controllers.common import StageController, status_log, terminate_request
 from app.db.repos import changes as change_repo
 from app.db.repos import requests as request_repo
 from app.domain.messages import MERGECHECK, EntityMsg
@@ -20,10 +20,7 @@ from app.extensions.base import ChangeRejected
 from app.queue import Delivery
 
 
-class ValidateController:
-    def __init__(self, deps: Deps) -> None:
-        self.deps = deps
-
+class ValidateController(StageController):
     async def process(self, delivery: Delivery) -> None:
         msg = EntityMsg.model_validate(delivery.payload)
         async with self.deps.db.read() as s:
