@@ -1,0 +1,285 @@
+"""A small async runner for the git CLI, shared by the git change provider and merger.
+
+Every call is ``asyncio.create_subprocess_exec`` with an argv list (never a shell), in a
+fixed environment: no prompts, ``LC_ALL=C``, ``HOME`` a private directory, no system or
+global configuration, a fixed committer identity and no hooks. A call that outlives its
+timeout has its whole process group killed and raises ``TimeoutError`` (retryable).
+
+A failing git command raises ``GitError`` (args, exit code, stderr). It declares itself
+``retryable``: callers turn the failures that are the change's fault (conflicts, stale
+refs) into rejections or failed outcomes first, so what escapes is infrastructure.
+
+``mirror_lock(path)`` is one ``asyncio.Lock`` per repository path (per event loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+import signal
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.domain.change_uri import parse_change_uri
+from app.domain.errors import ValidationError
+from app.extensions.base import ChangeRejected
+
+DEFAULT_TIMEOUT = 120.0
+COMMITTER_NAME = "SubmitQueue"
+COMMITTER_EMAIL = "submitqueue@localhost"
+
+_CONFIG = (
+    ("user.name", COMMITTER_NAME),
+    ("user.email", COMMITTER_EMAIL),
+    ("init.defaultBranch", "main"),
+    ("commit.gpgSign", "false"),
+    ("tag.gpgSign", "false"),
+    ("core.hooksPath", os.devnull),
+    ("gc.auto", "0"),
+    ("advice.detachedHead", "false"),
+    ("protocol.ext.allow", "never"),
+)
+
+
+class GitError(Exception):
+    """A git command exited non-zero."""
+
+    retryable = True
+
+    def __init__(self, args: Sequence[str], returncode: int, stderr: str) -> None:
+        self.git_args = tuple(args)
+        self.returncode = returncode
+        self.stderr = stderr
+        super().__init__(
+            f"git {' '.join(self.git_args)} exited {returncode}: {stderr.strip()[:2000]}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class GitResult:
+    stdout: str
+    stderr: str
+    returncode: int
+
+
+def git_env(home: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The fixed environment every git command runs in."""
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        "HOME": str(home),
+        "LC_ALL": "C",
+        "LANG": "C",
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_ASKPASS": "/bin/false",
+        "SSH_ASKPASS": "/bin/false",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_COMMITTER_NAME": COMMITTER_NAME,
+        "GIT_COMMITTER_EMAIL": COMMITTER_EMAIL,
+        "GIT_EDITOR": "true",
+        "GIT_PAGER": "cat",
+        "GIT_CONFIG_COUNT": str(len(_CONFIG)),
+    }
+    for i, (key, value) in enumerate(_CONFIG):
+        env[f"GIT_CONFIG_KEY_{i}"] = key
+        env[f"GIT_CONFIG_VALUE_{i}"] = value
+    if extra:
+        env.update(extra)
+    return env
+
+
+async def run_git(
+    args: Sequence[str],
+    *,
+    home: Path,
+    cwd: Path | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    check: bool = True,
+    env: Mapping[str, str] | None = None,
+) -> GitResult:
+    """Run ``git *args``; raise ``GitError`` on a non-zero exit when ``check``."""
+    home.mkdir(parents=True, exist_ok=True)
+    proc = await asyncio.create_subprocess_exec(
+        "git",
+        *args,
+        cwd=str(cwd) if cwd is not None else None,
+        env=git_env(home, env),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    except (TimeoutError, asyncio.CancelledError) as exc:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(Exception):
+            await proc.wait()
+        if isinstance(exc, asyncio.CancelledError):
+            raise
+        raise TimeoutError(f"git {' '.join(args)} timed out after {timeout:g} s") from None
+    result = GitResult(
+        stdout=out.decode("utf-8", "replace"),
+        stderr=err.decode("utf-8", "replace"),
+        returncode=proc.returncode if proc.returncode is not None else -1,
+    )
+    if check and result.returncode != 0:
+        raise GitError(args, result.returncode, result.stderr)
+    return result
+
+
+_LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Lock]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def mirror_lock(path: Path) -> asyncio.Lock:
+    """The lock serialising all work on the repository at ``path`` (in this event loop)."""
+    loop = asyncio.get_running_loop()
+    locks = _LOCKS.setdefault(loop, {})
+    key = str(path.resolve())
+    lock = locks.get(key)
+    if lock is None:
+        lock = locks[key] = asyncio.Lock()
+    return lock
+
+
+def repo_url(location: str) -> str:
+    """A configured repository (a path or URL) as something ``git fetch`` accepts."""
+    if "://" in location:
+        return location
+    return str(Path(location).resolve())
+
+
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+
+
+def mirror_name(key: str) -> str:
+    """A directory name for the mirror of ``{host}/{repo}``: readable and collision-free."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in key).strip("._")
+    digest = hashlib.sha1(key.encode("utf-8")).hexdigest()[:10]
+    return f"{safe[:80]}-{digest}.git"
+
+
+class GitMirror:
+    """A bare repository of our own that fetches a configured remote on demand.
+
+    Callers hold ``mirror_lock(mirror.path)`` around anything that fetches or reads refs.
+    """
+
+    def __init__(self, path: Path, url: str, home: Path, timeout: float = DEFAULT_TIMEOUT):
+        self.path = path
+        self.url = url
+        self.home = home
+        self.timeout = timeout
+
+    async def git(self, *args: str, check: bool = True, cwd: Path | None = None,
+                  env: Mapping[str, str] | None = None) -> GitResult:
+        where = cwd if cwd is not None else self.path
+        return await run_git(args, home=self.home, cwd=where, timeout=self.timeout,
+                             check=check, env=env)
+
+    async def ensure(self) -> None:
+        if (self.path / "HEAD").exists():
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        await run_git(["init", "--bare", "--quiet", str(self.path)], home=self.home,
+                      timeout=self.timeout)
+
+    async def remote_refs(self, refs: Sequence[str]) -> dict[str, str]:
+        """Current value of each of ``refs`` on the remote (missing refs are absent)."""
+        out = await self.git("ls-remote", "--refs", "--", self.url, *refs)
+        wanted = set(refs)
+        found: dict[str, str] = {}
+        for line in out.stdout.splitlines():
+            sha, _, name = line.partition("\t")
+            if name in wanted:
+                found[name] = sha
+        return found
+
+    async def fetch(self, target_branch: str, refs: Sequence[str]) -> tuple[str, dict[str, str]]:
+        """Fetch the target branch and ``refs``; return the target tip and each ref's value.
+
+        The target lands in ``refs/heads/<target>``; each ref that still exists on the
+        remote in ``refs/sq/fetch/<n>``. Refs missing on the remote are left out.
+        """
+        await self.ensure()
+        target_ref = f"refs/heads/{target_branch}"
+        present = await self.remote_refs([target_ref, *refs])
+        if target_ref not in present:
+            raise GitError(["ls-remote", self.url, target_ref], 2,
+                           f"target branch {target_branch!r} does not exist on the remote")
+        wanted = [r for r in dict.fromkeys(refs) if r in present]
+        specs = [f"+{target_ref}:{target_ref}"]
+        specs += [f"+{ref}:refs/sq/fetch/{i}" for i, ref in enumerate(wanted)]
+        await self.git("fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--",
+                       self.url, *specs)
+        values: dict[str, str] = {}
+        for i, ref in enumerate(wanted):
+            res = await self.git("rev-parse", "--verify", f"refs/sq/fetch/{i}")
+            values[ref] = res.stdout.strip()
+        tip = (await self.git("rev-parse", "--verify", target_ref)).stdout.strip()
+        return tip, values
+
+    async def has_commit(self, sha: str) -> bool:
+        res = await self.git("cat-file", "-e", f"{sha}^{{commit}}", check=False)
+        return res.returncode == 0
+
+    async def pin(self, sha: str) -> None:
+        """Keep ``sha`` reachable in the mirror whatever its ref does later."""
+        await self.git("update-ref", f"refs/sq/pin/{sha}", sha)
+
+
+@dataclass(frozen=True, slots=True)
+class GitChange:
+    """A git change URI resolved against the configured repositories."""
+
+    uri: str
+    key: str  # "{host}/{repo}"
+    location: str  # the configured path or URL
+    ref: str
+    sha: str
+
+
+_BAD_REF_CHARS = set(" ~^:?*[\\\x7f")
+
+
+def ref_problem(ref: str) -> str | None:
+    """Why ``ref`` is not a safe, fully qualified ref name (None when it is)."""
+    if not ref.startswith("refs/") or ref.endswith(("/", ".", ".lock")):
+        return "it must be a full ref name such as refs/heads/<branch>"
+    if ".." in ref or "//" in ref or "@{" in ref or "/." in ref:
+        return "it contains '..', '//', '@{' or a component starting with '.'"
+    if any(ord(c) < 32 or c in _BAD_REF_CHARS for c in ref):
+        return "it contains a control character, a space or one of ~^:?*[\\"
+    return None
+
+
+def resolve_change(uri: str, repos: Mapping[str, str]) -> GitChange:
+    """Parse a ``git://`` change URI and find its repository; ``ChangeRejected`` if unusable."""
+    try:
+        change = parse_change_uri(uri)
+    except ValidationError as exc:
+        raise ChangeRejected(f"cannot read change {uri!r}: {exc}") from None
+    if change.scheme != "git" or change.ref is None or change.sha is None:
+        raise ChangeRejected(
+            f"change {uri!r} is not a git:// change; this queue lands git://{{host}}/{{repo}}/"
+            "{percent-encoded ref}/{sha} changes only"
+        )
+    key = f"{change.host}/{change.repo}"
+    location = repos.get(key)
+    if location is None:
+        known = ", ".join(sorted(repos)) or "none"
+        raise ChangeRejected(
+            f"change {uri!r} names repository {key!r}, which this queue does not know "
+            f"(configured: {known})"
+        )
+    problem = ref_problem(change.ref)
+    if problem is not None:
+        raise ChangeRejected(f"change {uri!r} names ref {change.ref!r}: {problem}")
+    return GitChange(uri=uri, key=key, location=location, ref=change.ref, sha=change.sha)

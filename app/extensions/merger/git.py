@@ -1,0 +1,308 @@
+"""A merger that lands changes into a git repository's target branch.
+
+``check`` and ``merge`` share one procedure, under the mirror's lock: fetch the target
+and every change's ref into our own bare mirror, then apply the steps in order onto the
+target tip in a scratch worktree. ``check`` stops there; ``merge`` pushes the result as
+ONE update of ``refs/heads/<target>`` with a lease on the tip it built on. If the tip
+moved meanwhile, it re-fetches, re-applies and retries (at most ``max_push_attempts``).
+
+Strategies (per step), and when a change counts as already on the target (skipped):
+
+- ``rebase``: cherry-pick each commit of merge-base(target, head)..head; skipped per
+  commit when a patch-equivalent commit is on the target (``git cherry``).
+- ``squash_rebase``: one commit per change, ``<subject> (<step_id>)`` plus trailers
+  ``Source-Ref: <ref>`` and ``Source-Commit: <sha>``, author = the pinned commit's;
+  skipped when a target commit carries the same ``Source-Commit``, or no net change.
+- ``merge``: ``git merge --no-ff`` per change; skipped when the commit is an ancestor.
+- ``fast_forward``: the target becomes the exact SHA (one step with one change, a
+  descendant of the tip); skipped when the SHA is already an ancestor of the tip.
+
+So redelivery is idempotent: a merge that already landed finds nothing to do and
+succeeds without pushing. A conflict is a failed outcome naming the conflicting paths
+(the target untouched). A change whose pinned commit cannot be fetched any more is a
+failed outcome (stale). Git and network failures propagate (retryable).
+
+Outputs: one commit per change, in step order: the target commit holding it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.domain.states import LandStrategy
+from app.extensions.base import ChangeRejected, MergeOutcome, MergeSpec, MergeStep
+from app.extensions.gitutil import (
+    DEFAULT_TIMEOUT,
+    GitChange,
+    GitError,
+    GitMirror,
+    mirror_lock,
+    mirror_name,
+    repo_url,
+    resolve_change,
+)
+
+MAX_PUSH_ATTEMPTS = 5
+
+
+class _Conflict(Exception):
+    def __init__(self, change: GitChange, paths: tuple[str, ...]) -> None:
+        super().__init__(change.uri)
+        self.change = change
+        self.paths = paths
+
+
+class _Refused(Exception):
+    """A permanent problem with a step (not a conflict)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Applied:
+    tip: str
+    outputs: tuple[str, ...]
+
+
+class GitMerger:
+    def __init__(
+        self,
+        repos: Mapping[str, str],
+        target_branch: str,
+        work_dir: Path,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        max_push_attempts: int = MAX_PUSH_ATTEMPTS,
+    ) -> None:
+        self.repos = dict(repos)
+        self.target_branch = target_branch
+        self.work_dir = Path(work_dir)
+        self.timeout = timeout
+        self.max_push_attempts = max_push_attempts
+
+    @property
+    def target_ref(self) -> str:
+        return f"refs/heads/{self.target_branch}"
+
+    def mirror(self, key: str) -> GitMirror:
+        return GitMirror(
+            self.work_dir / "mirrors" / mirror_name(key),
+            repo_url(self.repos[key]),
+            self.work_dir / ".home",
+            self.timeout,
+        )
+
+    async def check(self, spec: MergeSpec) -> MergeOutcome:
+        return await self._run(spec, push=False)
+
+    async def merge(self, spec: MergeSpec) -> MergeOutcome:
+        return await self._run(spec, push=True)
+
+    async def _run(self, spec: MergeSpec, *, push: bool) -> MergeOutcome:
+        try:
+            steps = [(step, [resolve_change(u, self.repos) for u in step.change_uris])
+                     for step in spec.steps]
+        except ChangeRejected as exc:
+            return MergeOutcome(succeeded=False, reason=str(exc))
+        changes = [c for _, cs in steps for c in cs]
+        if not changes:
+            return MergeOutcome(succeeded=True)
+        keys = sorted({c.key for c in changes})
+        if len(keys) > 1:
+            return MergeOutcome(
+                succeeded=False, reason=f"a merge must stay in one repository; got {keys}"
+            )
+        mirror = self.mirror(keys[0])
+        async with mirror_lock(mirror.path):
+            for attempt in range(1, self.max_push_attempts + 1):
+                tip, values = await mirror.fetch(self.target_branch, [c.ref for c in changes])
+                for change in changes:
+                    if not await mirror.has_commit(change.sha):
+                        now = values.get(change.ref, "nothing (deleted)")
+                        return MergeOutcome(
+                            succeeded=False,
+                            reason=f"stale: ref {change.ref} now points at {now}, "
+                            f"not {change.sha}, and {change.sha} cannot be fetched",
+                        )
+                    await mirror.pin(change.sha)
+                try:
+                    applied = await self._apply(mirror, tip, steps)
+                except _Conflict as exc:
+                    paths = ", ".join(exc.paths) or "(unknown paths)"
+                    return MergeOutcome(
+                        succeeded=False,
+                        reason=f"merge conflict in {paths} while applying {exc.change.uri} "
+                        f"onto {self.target_branch} at {tip}",
+                        conflicting_paths=exc.paths,
+                    )
+                except _Refused as exc:
+                    return MergeOutcome(succeeded=False, reason=str(exc))
+                if not push or applied.tip == tip:
+                    return MergeOutcome(succeeded=True, outputs=applied.outputs)
+                if await self._push(mirror, tip, applied.tip):
+                    return MergeOutcome(succeeded=True, outputs=applied.outputs)
+                if attempt == self.max_push_attempts:
+                    break
+        raise TimeoutError(
+            f"{self.target_branch} kept moving: gave up pushing {spec.id} after "
+            f"{self.max_push_attempts} attempts"
+        )
+
+    async def _push(self, mirror: GitMirror, old: str, new: str) -> bool:
+        """Push ``new`` as the target with a lease on ``old``; False if the tip moved."""
+        res = await mirror.git(
+            "push", "--porcelain", "--quiet",
+            f"--force-with-lease={self.target_ref}:{old}",
+            "--", mirror.url, f"{new}:{self.target_ref}",
+            check=False,
+        )
+        if res.returncode == 0:
+            await mirror.git("update-ref", self.target_ref, new)
+            return True
+        now = (await mirror.remote_refs([self.target_ref])).get(self.target_ref)
+        if now is not None and now != old:
+            return False  # lost the race: re-apply on the new tip
+        raise GitError(["push", mirror.url], res.returncode, res.stderr + res.stdout)
+
+    async def _apply(
+        self, mirror: GitMirror, tip: str, steps: list[tuple[MergeStep, list[GitChange]]]
+    ) -> _Applied:
+        scratch = self.work_dir / "worktrees" / mirror.path.name
+        if scratch.exists():  # left behind by a crash: we hold the lock, nobody uses them
+            shutil.rmtree(scratch, ignore_errors=True)
+            await mirror.git("worktree", "prune", check=False)
+        wt = scratch / uuid.uuid4().hex
+        scratch.mkdir(parents=True, exist_ok=True)
+        await mirror.git("worktree", "add", "--detach", "--quiet", str(wt), tip)
+        try:
+            outputs: list[str] = []
+            for step, changes in steps:
+                if step.strategy is LandStrategy.FAST_FORWARD and (
+                    len(steps) != 1 or len(changes) != 1
+                ):
+                    raise _Refused(
+                        "fast_forward lands exactly one change: the request must be one "
+                        f"step with one change (step {step.step_id} has {len(changes)}, "
+                        f"the merge has {len(steps)} steps)"
+                    )
+                previous: str | None = None
+                for change in changes:
+                    outputs.append(await self._apply_change(mirror, wt, step, change, previous))
+                    previous = change.sha
+            head = await _head(mirror, wt)
+            return _Applied(tip=head, outputs=tuple(outputs))
+        finally:
+            await mirror.git("worktree", "remove", "--force", str(wt), check=False)
+            shutil.rmtree(wt, ignore_errors=True)
+            await mirror.git("worktree", "prune", check=False)
+
+    async def _apply_change(
+        self, mirror: GitMirror, wt: Path, step: MergeStep, change: GitChange,
+        previous: str | None,
+    ) -> str:
+        strategy = step.strategy
+        if strategy is LandStrategy.REBASE:
+            await _rebase(mirror, wt, change, previous)
+        elif strategy is LandStrategy.SQUASH_REBASE:
+            found = await _squash(mirror, wt, step, change)
+            if found:
+                return found
+        elif strategy is LandStrategy.MERGE:
+            if not await _is_ancestor(mirror, wt, change.sha, "HEAD"):
+                await _git_or_conflict(
+                    mirror, wt, change,
+                    "merge", "--no-ff", "--no-edit", "--no-verify",
+                    "-m", f"Merge {change.ref} ({step.step_id})\n\nSource-Ref: {change.ref}",
+                    change.sha,
+                )
+        elif strategy is LandStrategy.FAST_FORWARD:
+            if not await _is_ancestor(mirror, wt, change.sha, "HEAD"):
+                if not await _is_ancestor(mirror, wt, "HEAD", change.sha):
+                    raise _Refused(
+                        f"cannot fast-forward: {change.sha} ({change.ref}) does not descend "
+                        "from the target tip; rebase it or use another strategy"
+                    )
+                await mirror.git("merge", "--ff-only", "--quiet", change.sha, cwd=wt)
+            return change.sha
+        else:  # pragma: no cover - exhaustive over LandStrategy
+            raise _Refused(f"unknown strategy {strategy!r}")
+        return await _head(mirror, wt)
+
+
+async def _head(mirror: GitMirror, wt: Path) -> str:
+    return (await mirror.git("rev-parse", "--verify", "HEAD", cwd=wt)).stdout.strip()
+
+
+async def _is_ancestor(mirror: GitMirror, wt: Path, a: str, b: str) -> bool:
+    res = await mirror.git("merge-base", "--is-ancestor", a, b, cwd=wt, check=False)
+    if res.returncode not in (0, 1):
+        raise GitError(["merge-base", "--is-ancestor", a, b], res.returncode, res.stderr)
+    return res.returncode == 0
+
+
+async def _conflicts(mirror: GitMirror, wt: Path) -> tuple[str, ...]:
+    res = await mirror.git("diff", "--name-only", "-z", "--diff-filter=U", cwd=wt)
+    return tuple(p for p in res.stdout.split("\x00") if p)
+
+
+async def _git_or_conflict(
+    mirror: GitMirror, wt: Path, change: GitChange, *args: str
+) -> None:
+    """Run a git command that may stop on a conflict; a conflict raises ``_Conflict``."""
+    res = await mirror.git(*args, cwd=wt, check=False)
+    if res.returncode == 0:
+        return
+    paths = await _conflicts(mirror, wt)
+    if paths:
+        raise _Conflict(change, paths)
+    raise GitError(list(args), res.returncode, res.stderr + res.stdout)
+
+
+async def _rebase(mirror: GitMirror, wt: Path, change: GitChange, previous: str | None) -> None:
+    args = ["cherry", "HEAD", change.sha]
+    if previous is not None and await _is_ancestor(mirror, wt, previous, change.sha):
+        args.append(previous)
+    listing = await mirror.git(*args, cwd=wt)
+    todo = [line[2:].strip() for line in listing.stdout.splitlines() if line.startswith("+ ")]
+    for commit in todo:
+        parents = (await mirror.git("rev-list", "--parents", "-n1", commit, cwd=wt)).stdout.split()
+        mainline = ["-m", "1"] if len(parents) > 2 else []
+        res = await mirror.git(
+            "cherry-pick", "--allow-empty", *mainline, commit, cwd=wt, check=False
+        )
+        if res.returncode == 0:
+            continue
+        paths = await _conflicts(mirror, wt)
+        if paths:
+            raise _Conflict(change, paths)
+        staged = await mirror.git("diff", "--cached", "--quiet", cwd=wt, check=False)
+        if staged.returncode == 0:  # became empty: its change is already there
+            await mirror.git("cherry-pick", "--skip", cwd=wt)
+            continue
+        raise GitError(["cherry-pick", commit], res.returncode, res.stderr + res.stdout)
+
+
+async def _squash(mirror: GitMirror, wt: Path, step: MergeStep, change: GitChange) -> str:
+    """Squash the change onto HEAD; returns the target commit if it already landed."""
+    trailer = f"Source-Commit: {change.sha}"
+    found = await mirror.git(
+        "log", "-n1", "--format=%H", "--fixed-strings", f"--grep={trailer}", "HEAD", cwd=wt
+    )
+    if found.stdout.strip():
+        return found.stdout.strip()
+    await _git_or_conflict(mirror, wt, change, "merge", "--squash", "--quiet", change.sha)
+    staged = await mirror.git("diff", "--cached", "--quiet", cwd=wt, check=False)
+    if staged.returncode == 0:  # no net change
+        return ""
+    info = await mirror.git("show", "-s", "--format=%s%x00%an%x00%ae%x00%aI", change.sha)
+    subject, name, email, date = info.stdout.rstrip("\n").split("\x00", 3)
+    message = (
+        f"{subject} ({step.step_id})\n\nSource-Ref: {change.ref}\n{trailer}\n"
+    )
+    await mirror.git(
+        "commit", "--quiet", "--no-verify", "--cleanup=whitespace", "-m", message, cwd=wt,
+        env={"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_AUTHOR_DATE": date},
+    )
+    return ""
