@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -544,17 +545,19 @@ def test_load_queues_file_reports_the_path(tmp_path: Path) -> None:
     assert "build_budget" in str(info.value)
 
 
-def test_repository_queues_yaml_defines_the_demo_queue() -> None:
-    configs = load_queues_file(ROOT / "queues.yaml")
-    assert list(configs) == ["demo"]
+def test_repository_queues_yaml_defines_the_demo_queue(tmp_path: Path) -> None:
+    # A copy, so the sandbox repository it declares is created under tmp_path.
+    shutil.copyfile(ROOT / "queues.yaml", tmp_path / "queues.yaml")
+    configs = load_queues_file(tmp_path / "queues.yaml")
+    assert list(configs) == ["demo", "sandbox"]
     demo = configs["demo"]
     assert demo.change_provider.type == "fake"
     assert (demo.build_runner.type, demo.build_runner.delay_ms) == ("fake", 0)
     assert demo.merger.type == "fake"
     assert (demo.conflict_analyzer.type, demo.conflict_analyzer.by) == ("pathoverlap", "directory")
     assert demo.build_budget == 4
-    reg = ExtensionRegistry.from_file(ROOT / "queues.yaml")
-    assert reg.names() == ["demo"]
+    reg = ExtensionRegistry.from_file(tmp_path / "queues.yaml")
+    assert reg.names() == ["demo", "sandbox"]
     assert reg.for_queue("demo").build_budget == 4
 
 
