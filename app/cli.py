@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+import os
+from enum import StrEnum
+from typing import Annotated, Any
 
 import httpx
 import typer
@@ -12,6 +14,16 @@ import uvicorn
 from app.db import migrate
 from app.logs import configure_logging
 from app.settings import get_settings
+
+ROLE_HELP = ("all = gateway + consumers; gateway = HTTP and the request log only; "
+             "worker = orchestrator consumers only (default: SQ_ROLE).")
+
+
+class Role(StrEnum):
+    ALL = "all"
+    GATEWAY = "gateway"
+    WORKER = "worker"
+
 
 cli = typer.Typer(help="SubmitQueue: a speculative merge queue.", no_args_is_help=True)
 db_cli = typer.Typer(help="Database commands.", no_args_is_help=True)
@@ -25,8 +37,12 @@ cli.add_typer(dlq_cli, name="dlq")
 def serve(
     host: str | None = typer.Option(None, help="Interface to bind (default: SQ_HOST)."),
     port: int | None = typer.Option(None, help="Port to bind (default: SQ_PORT)."),
+    role: Annotated[Role | None, typer.Option(help=ROLE_HELP)] = None,
 ) -> None:
     """Serve the REST gateway and run the orchestrator's queue consumers."""
+    if role is not None:
+        os.environ["SQ_ROLE"] = role.value  # read again by the app factory
+        get_settings.cache_clear()
     settings = get_settings()
     configure_logging(settings.log_level, settings.queue_log_level)
     uvicorn.run(

@@ -93,3 +93,27 @@ def test_default_database_is_a_new_sqlite_file_under_var(tmp_path: Path) -> None
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.parametrize(("role", "consumers"), [("gateway", 2), ("worker", 26), ("all", 28)])
+def test_serve_role_flag_picks_the_consumers(tmp_path: Path, role: str, consumers: int) -> None:
+    """--role gateway runs only the request-log consumers (log + log_dlq); worker only
+    the orchestrator's (13 topics + 13 reconcilers); all runs both."""
+    port = free_port()
+    env = {**os.environ, "SQ_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'r.db'}",
+           "SQ_PORT": str(port), "SQ_QUEUES_FILE": str(tmp_path / "queues.yaml")}
+    env.pop("SQ_ROLE", None)
+    shutil.copyfile(ROOT / "queues.yaml", tmp_path / "queues.yaml")
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--role", role],
+                            cwd=tmp_path, env={**env, "PYTHONPATH": str(ROOT)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", proc)
+        checks = httpx.get(f"http://127.0.0.1:{port}/readyz").json()["checks"]
+        assert checks["consumers"]["running"] == consumers
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
