@@ -85,28 +85,26 @@ delays = st.sampled_from([0, 1, 400, 999, 2500])
 
 
 class Env:
-    """What the examples of one test share: an event loop and one started broker.
+    """What the examples of one test share: an event loop and one started backend.
 
-    Each example declares a topic of its own in the shared topology and resets the
-    fake clock, so examples are independent while the connections are made once.
+    Each example gets a broker of its own (own topology, topic and fake clock) over
+    this backend, and deletes its messages when it ends, so examples are independent
+    while connections are made once per test.
     """
 
     def __init__(self, url: str, serial: bool) -> None:
         self.serial = serial
-        self.now = START_MS
-        self.topology = Topology()
         self.topics = itertools.count()
         self.loop = asyncio.new_event_loop()
-        backend: Backend = (
+        self.backend: Backend = (
             SqliteBackend(sqlite_path_from_url(url)) if url.startswith("sqlite")
             else PostgresBackend(postgres_dsn_from_url(url), min_size=1, max_size=2)
         )
-        self.broker = Broker(backend, self.topology, clock=lambda: self.now)
-        self.loop.run_until_complete(self.broker.start())
+        self.loop.run_until_complete(self.backend.start(lambda topic: None))
 
     def close(self) -> None:
         try:
-            self.loop.run_until_complete(self.broker.close())
+            self.loop.run_until_complete(self.backend.close())
             self.loop.run_until_complete(self.loop.shutdown_asyncgens())
             self.loop.run_until_complete(self.loop.shutdown_default_executor())
         finally:
@@ -141,12 +139,14 @@ class QueueMachine(RuleBasedStateMachine):
         self.serial = env.serial
         self.topic = f"t{next(env.topics)}"
         self.dlq_topic = f"{self.topic}_dlq"
-        env.topology.declare(TopicSpec(self.topic, serial=self.serial,
-                                       max_attempts=MAX_ATTEMPTS,
-                                       visibility_timeout_ms=VISIBILITY_MS))
-        env.topology.subscribe(self.topic, GROUP)  # nobody reads the DLQ: dead letters park
-        env.now = START_MS
-        self.broker = env.broker
+        topology = Topology()
+        topology.declare(TopicSpec(self.topic, serial=self.serial, max_attempts=MAX_ATTEMPTS,
+                                   visibility_timeout_ms=VISIBILITY_MS))
+        topology.subscribe(self.topic, GROUP)  # nobody reads the DLQ: dead letters park
+        self.now = START_MS
+        # Not started: the backend is the test's, already started (start/close would
+        # start/close it).
+        self.broker = Broker(env.backend, topology, clock=lambda: self.now)
         # The model.
         self.published: dict[str, list[str]] = {pk: [] for pk in PARTITIONS}
         self.payloads: dict[Key, Any] = {}
@@ -158,16 +158,21 @@ class QueueMachine(RuleBasedStateMachine):
         self.orders = itertools.count()
         self.hand: list[ClaimedDelivery] = []  # claimed and not yet settled (maybe stale)
 
-    @property
-    def now(self) -> int:
-        return self.env.now  # the broker's clock
-
-    @now.setter
-    def now(self, value: int) -> None:
-        self.env.now = value
-
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self.env.loop.run_until_complete(coro)
+
+    def teardown(self) -> None:
+        """Delete this example's messages, so the database stays small."""
+        b = self.broker
+
+        async def clean() -> None:
+            for topic in (self.topic, self.dlq_topic):
+                rows = await b.list_messages(topic, unsettled_only=False, limit=1000)
+                await asyncio.gather(*(b.discard(topic, m.seq, reason="example over")
+                                       for m in rows))
+            await b.close()  # waits for background writes; leaves the backend alone
+
+        self.run(clean())
 
     # -- helpers -------------------------------------------------------------------
     def all_keys(self) -> set[Key]:
