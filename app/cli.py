@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -11,8 +12,9 @@ import httpx
 import typer
 import uvicorn
 
+from app import demo_cli
 from app.db import migrate
-from app.logs import configure_logging
+from app.logs import configure_logging, redact_text
 from app.settings import get_settings
 
 ROLE_HELP = ("all = gateway + consumers; gateway = HTTP and the request log only; "
@@ -45,6 +47,9 @@ def serve(
         get_settings.cache_clear()
     settings = get_settings()
     configure_logging(settings.log_level, settings.queue_log_level)
+    # uvicorn shuts down gracefully on SIGTERM, then re-raises it to the handler it found
+    # here: exit 0 (a requested stop) instead of dying by the signal.
+    signal.signal(signal.SIGTERM, _exit_zero)
     uvicorn.run(
         "app.main:app_factory",
         factory=True,
@@ -55,6 +60,10 @@ def serve(
     )
 
 
+def _exit_zero(_signum: int, _frame: object) -> None:
+    raise SystemExit(0)
+
+
 @db_cli.command("upgrade")
 def db_upgrade(revision: str = typer.Argument("head", help="Target revision.")) -> None:
     """Migrate the database (and the queue database, if separate) to a revision."""
@@ -63,7 +72,7 @@ def db_upgrade(revision: str = typer.Argument("head", help="Target revision.")) 
     migrate.upgrade_sync(settings.database_url, revision)
     if settings.queue_database_url:
         migrate.upgrade_sync(settings.queue_database_url, revision)
-    typer.echo(f"database at {revision}: {settings.database_url}")
+    typer.echo(f"database at {revision}: {redact_text(settings.database_url)}")
 
 
 def _admin(method: str, path: str, url: str | None, **kw: Any) -> Any:
@@ -154,6 +163,9 @@ def dlq_drain(
             break
         body["cursor"] = out["next_cursor"]
     typer.echo(", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) or "nothing to drain")
+
+
+demo_cli.register(cli)  # land, status, list, watch, demo
 
 
 def main() -> None:

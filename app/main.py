@@ -8,21 +8,27 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+from alembic.script import ScriptDirectory
 from fastapi import FastAPI
+from starlette.middleware.cors import CORSMiddleware
 
 from app import __version__
 from app.api import health
 from app.api.app_routes import install
-from app.controllers.common import Deps
+from app.api.middleware import HttpMetrics, SecurityHeaders
+from app.controllers.common import Deps, log_ids
 from app.controllers.pipeline import TopicSettings, build_consumers, build_topology
 from app.db import migrate
 from app.db.engine import Database
+from app.db.repos.build_runs import SqlBuildStore
 from app.domain.queue_config import QueueConfig
 from app.extensions.base import QueueExtensions
 from app.extensions.factory import ExtensionRegistry, load_queues_file
 from app.logs import configure_logging
+from app.metrics import Metrics, state_source
 from app.queue import Backoff, Broker, Chaos, ConsumerService, backend_for_url
 from app.settings import Settings, get_settings
+from app.speculation.scoring import build_scorer
 
 log = logging.getLogger("submitqueue")
 
@@ -35,11 +41,17 @@ class Runtime:
         settings: Settings,
         *,
         extension_overrides: dict[str, QueueExtensions] | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.settings = settings
+        self.metrics = metrics or Metrics(version=__version__, role=settings.role,
+                                          refresh_interval_ms=settings.metrics_refresh_ms)
         self.queues: dict[str, QueueConfig] = load_queues_file(settings.queues_file)
-        self.extensions = ExtensionRegistry(self.queues, overrides=extension_overrides)
         self.db = Database(settings.database_url)
+        self.extensions = ExtensionRegistry(self.queues, overrides=extension_overrides,
+                                            scorer_factory=build_scorer,
+                                            build_store=SqlBuildStore(self.db),
+                                            public_url=settings.public_url)
         topology = build_topology(TopicSettings(
             max_attempts=settings.queue_max_attempts,
             visibility_timeout_ms=settings.queue_visibility_timeout_ms,
@@ -53,7 +65,10 @@ class Runtime:
             topology,
             max_payload_bytes=settings.queue_max_payload_bytes,
         )
-        self.deps = Deps(db=self.db, broker=self.broker, extensions=self.extensions.for_queue)
+        self.deps = Deps(db=self.db, broker=self.broker, extensions=self.extensions.for_queue,
+                         metrics=self.metrics)
+        self.metrics.attach(state_source(self.db, self.broker),
+                            {name: q.build_budget for name, q in self.queues.items()})
         orchestrator = settings.role in ("all", "worker")
         gateway = settings.role in ("all", "gateway")
         self.consumers = ConsumerService(
@@ -66,6 +81,8 @@ class Runtime:
             gc_interval_ms=settings.queue_gc_interval_ms,
             chaos=Chaos(duplicate=settings.queue_chaos_duplicate,
                         fail_rate=settings.queue_chaos_fail_rate),
+            on_handled=self.metrics.on_handled,
+            log_context=log_ids,
         )
         self.started = False
 
@@ -74,7 +91,17 @@ class Runtime:
             await migrate.upgrade(self.settings.database_url)
             if self.settings.queue_database_url:
                 await migrate.upgrade(self.settings.queue_database_url)
+        else:
+            state = migration_state(await migrate.current_revision(self.db.engine),
+                                    self.settings.database_url)
+            if not state["ok"]:
+                raise RuntimeError(
+                    f"the database is at migration {state['current']}; this version needs "
+                    f"{state['head']}: run `submitqueue db upgrade` (SQ_AUTO_MIGRATE is off)")
         await self.broker.start()
+        if self.settings.role in ("all", "worker"):
+            # command runners: mark builds a previous run of this server lost, heartbeat
+            await self.extensions.start()
         await self.consumers.start()
         self.started = True
         log.info("submitqueue started", extra={"role": self.settings.role})
@@ -82,6 +109,7 @@ class Runtime:
     async def stop(self) -> None:
         self.started = False
         await self.consumers.stop()
+        await self.extensions.stop()  # running builds end `errored` (interrupted)
         await self.broker.close()
         await self.db.dispose()
 
@@ -90,16 +118,29 @@ class Runtime:
         try:
             await self.db.ping()
             current = await migrate.current_revision(self.db.engine)
-            head = migrate.head_revision(self.settings.database_url)
             checks["database"] = {"ok": True}
-            checks["migrations"] = {"ok": current == head, "current": current, "head": head}
+            checks["migrations"] = migration_state(current, self.settings.database_url)
         except Exception as exc:
             checks["database"] = {"ok": False, "error": type(exc).__name__}
+        running = self.consumers.running
         checks["consumers"] = {
-            "ok": self.started,
-            "running": len(self.consumers.consumers),
+            "ok": self.started and running == len(self.consumers.consumers),
+            "running": running,
         }
         return checks
+
+
+def migration_state(current: str | None, url: str) -> dict[str, Any]:
+    """Ready at head, and also *ahead*: a newer release migrated the database during a
+    rolling deploy (a revision this version does not know; migrations keep the previous
+    release working). Behind (or never migrated) is not ready."""
+    script = ScriptDirectory.from_config(migrate.alembic_config(url))
+    head = script.get_current_head()
+    ahead = current is not None and current not in {r.revision for r in script.walk_revisions()}
+    state: dict[str, Any] = {"ok": current == head or ahead, "current": current, "head": head}
+    if ahead:
+        state["ahead"] = True
+    return state
 
 
 def create_app(
@@ -108,10 +149,12 @@ def create_app(
     extension_overrides: dict[str, QueueExtensions] | None = None,
 ) -> FastAPI:
     settings = settings or get_settings()
+    metrics = Metrics(version=__version__, role=settings.role,
+                      refresh_interval_ms=settings.metrics_refresh_ms)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        runtime = Runtime(settings, extension_overrides=extension_overrides)
+        runtime = Runtime(settings, extension_overrides=extension_overrides, metrics=metrics)
         app.state.runtime = runtime
         await runtime.start()
         try:
@@ -127,6 +170,12 @@ def create_app(
     )
     app.include_router(health.router)
     install(app)
+    # Outermost last: metrics see every answer, security headers reach error pages too.
+    app.add_middleware(SecurityHeaders)
+    if settings.cors_origin_list:
+        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origin_list,
+                           allow_methods=["GET", "POST"], allow_headers=["Content-Type"])
+    app.add_middleware(HttpMetrics, observe=metrics.observe_http)
     return app
 
 

@@ -9,10 +9,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./var/submitqueue.db"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 class Settings(BaseSettings):
@@ -34,10 +35,20 @@ class Settings(BaseSettings):
 
     # Merge queues
     queues_file: Path = Path("./queues.yaml")
+    # This server's address as CI reaches it: webhook builds' callback URLs start with it.
+    public_url: str = Field(default="http://127.0.0.1:8000", pattern=r"^https?://[^\s/]+")
 
     # Logging
     log_level: str = "INFO"
     queue_log_level: str = "WARNING"
+
+    @field_validator("log_level", "queue_log_level", mode="before")
+    @classmethod
+    def _known_level(cls, value: object) -> str:
+        level = str(value).strip().upper()
+        if level not in LOG_LEVELS:
+            raise ValueError(f"{value!r} is not a log level; use one of {', '.join(LOG_LEVELS)}")
+        return level
 
     # Durable queue
     queue_poll_interval_ms: int = Field(default=500, ge=10)
@@ -53,12 +64,25 @@ class Settings(BaseSettings):
     queue_chaos_duplicate: bool = False
     queue_chaos_fail_rate: float = Field(default=0.0, ge=0.0, lt=1.0)
 
-    # Admin API
-    admin_token: str | None = None
+    # Admin API (kept out of repr() so a logged Settings never shows it)
+    admin_token: str | None = Field(default=None, repr=False)
+
+    # Observability and HTTP hardening
+    metrics_refresh_ms: int = Field(
+        default=5000, ge=0,
+        description="Least interval between reads of the database state behind /metrics",
+    )
+    cors_origins: str = Field(
+        default="", description="Comma-separated origins allowed by CORS; empty = CORS off"
+    )
 
     @property
     def effective_queue_database_url(self) -> str:
         return self.queue_database_url or self.database_url
+
+    @property
+    def cors_origin_list(self) -> list[str]:
+        return [o.strip() for o in self.cors_origins.split(",") if o.strip()]
 
 
 @lru_cache(maxsize=1)

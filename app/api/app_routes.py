@@ -4,22 +4,28 @@ the error handlers and the middleware.
 The app must set ``app.state.runtime`` (before serving requests) to an object with
 ``db`` (``Database``), ``broker`` (``Broker``; ``broker.clock()`` is "now") and
 ``queues`` (``{name: QueueConfig}``); see ``app/api/deps.py``. The admin API
-(``app/api/admin.py``) also needs ``settings`` (``admin_token``) and ``deps``.
+(``app/api/admin.py``) also needs ``settings`` (``admin_token``) and ``deps``; the
+status pages' views (``app/api/views.py``) need ``extensions`` (the queues' scorers).
 """
 
 from __future__ import annotations
 
 from fastapi import FastAPI
 
-from app.api import requests
+from app.api import builds, events, requests, views
 from app.api.admin import install_admin
 from app.api.errors import install_handlers
 from app.api.middleware import MAX_BODY_BYTES, BodyGuard, CatchAll
+from app.api.pages import install_pages
 
 
 def install(app: FastAPI, *, max_body_bytes: int = MAX_BODY_BYTES) -> None:
     app.include_router(requests.router)
+    app.include_router(builds.router)  # build logs and the CI status callback
     install_admin(app)
+    app.include_router(views.router)  # status pages: JSON views, live events, the pages
+    app.include_router(events.router)
+    install_pages(app)
     install_handlers(app)
     # Added last = outermost: CatchAll sees every error the body guard or routes raise.
     app.add_middleware(BodyGuard, max_bytes=max_body_bytes)

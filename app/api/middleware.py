@@ -6,14 +6,31 @@
   415. The accepted body is buffered and replayed to the app.
 - ``CatchAll``: an error no handler took becomes a JSON 500 (or 503 when transient)
   through ``app.api.errors.response_for`` instead of Starlette's plain-text page.
+- ``SecurityHeaders``: ``X-Content-Type-Options: nosniff``, ``Referrer-Policy:
+  no-referrer`` and ``X-Frame-Options: DENY`` on every response, and a
+  ``Content-Security-Policy`` on HTML ones (``default-src 'self'``; the OpenAPI UI
+  pages get one that admits the CDN they load from). A header the app already set
+  is left alone, so a page can send a stricter policy of its own.
+- ``HttpMetrics``: reports method, route *template* (``/api/v1/queues/{queue}/...``,
+  never the raw path; ``unmatched`` when no route answered, e.g. an unknown path or a
+  body refused before routing), status and duration of every request to an observer.
+
+CORS is off unless ``SQ_CORS_ORIGINS`` names origins (``app/main.py`` then adds
+Starlette's ``CORSMiddleware`` for exactly those).
 """
 
 from __future__ import annotations
 
-from starlette.datastructures import Headers
+import logging
+import time
+from collections.abc import Callable
+
+from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.errors import error_response, response_for
+
+log = logging.getLogger("submitqueue.api")
 
 MAX_BODY_BYTES = 64 * 1024
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
@@ -112,3 +129,98 @@ class CatchAll:
             if started:
                 raise
             await response_for(exc)(scope, receive, send)
+
+
+SECURITY_HEADERS = {
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+}
+HTML_CSP = "default-src 'self'; frame-ancestors 'none'; base-uri 'self'; form-action 'self'"
+# FastAPI's /docs (Swagger UI) and /redoc load scripts and styles from a CDN and
+# start with an inline script.
+DOCS_CSP = (
+    "default-src 'self'; script-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net; "
+    "style-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net https://fonts.googleapis.com; "
+    "font-src 'self' https://fonts.gstatic.com; "
+    "img-src 'self' data: https://fastapi.tiangolo.com https://cdn.redoc.ly; "
+    "worker-src 'self' blob:; frame-ancestors 'none'"
+)
+DOCS_PATHS = frozenset({"/docs", "/redoc", "/docs/oauth2-redirect"})
+
+
+class SecurityHeaders:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                for name, value in SECURITY_HEADERS.items():
+                    if name not in headers:
+                        headers.append(name, value)
+                media = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+                if media == "text/html" and "content-security-policy" not in headers:
+                    csp = DOCS_CSP if scope.get("path") in DOCS_PATHS else HTML_CSP
+                    headers.append("Content-Security-Policy", csp)
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+HttpObserver = Callable[[str, str, int, float], None]
+"""``(method, route template, status, seconds)`` after each HTTP request."""
+
+KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+UNMATCHED = "unmatched"
+
+
+def route_template(scope: Scope) -> str:
+    """The template of the route that answered: FastAPI's router puts the route on the
+    scope; for plain Starlette routes and mounts (``/docs``, static files) it leaves the
+    endpoint, whose route is looked up (a mount reports its prefix, not the file)."""
+    route = scope.get("route")
+    if route is None and scope.get("endpoint") is not None:
+        endpoint = scope["endpoint"]
+        router = getattr(scope.get("app"), "router", None)
+        for candidate in getattr(router, "routes", ()):
+            if getattr(candidate, "endpoint", None) is endpoint or \
+                    getattr(candidate, "app", None) is endpoint:
+                route = candidate
+                break
+    path = getattr(route, "path_format", None) or getattr(route, "path", None)
+    return path if isinstance(path, str) and path else UNMATCHED
+
+
+class HttpMetrics:
+    def __init__(self, app: ASGIApp, *, observe: HttpObserver) -> None:
+        self.app = app
+        self.observe = observe
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500  # if the app raises before answering, the server sends a 500
+        started = time.perf_counter()
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        finally:
+            method = scope["method"] if scope["method"] in KNOWN_METHODS else "other"
+            try:
+                self.observe(method, route_template(scope), status,
+                             time.perf_counter() - started)
+            except Exception:
+                log.warning("HTTP metrics observer failed", exc_info=True)

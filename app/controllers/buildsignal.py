@@ -7,7 +7,7 @@ batches are still polled so their builds' ends are recorded.
 |---|---|---|
 | build terminal | beyond | ack |
 | build live, runner reports the same status | at | cancel it if unwanted; hold and poll again |
-| build live, runner reports a new status | before | log ``building`` (and ``built`` on success) for each member, then conditional write of the status, then a ``speculate`` wake-up (id names build and status); hold unless terminal |
+| build live, runner reports a new status | before | log ``building`` (one per status reached, with the runner's detail) and ``built`` on success for each member, then conditional write of the status, then a ``speculate`` wake-up (id names build and status); hold unless terminal |
 | build missing | invalid | raise ``NotFound`` |
 
 *Unwanted*: the batch is halted, or its path entry is missing, cancelling, cancelled,
@@ -51,7 +51,7 @@ class BuildSignalController(StageController):
             except Exception:
                 log.warning("could not cancel an unwanted build", extra={"build_id": build.id})
         if report.status is not build.status or report.log_url != build.log_url:
-            await self._record(batch, build, report.status, report.log_url)
+            await self._record(batch, build, report.status, report.log_url, report.detail)
         if not report.status.terminal:
             delivery.hold(POLL_RUNNING_MS if report.status is BuildStatus.RUNNING
                           else POLL_ACCEPTED_MS)
@@ -67,11 +67,15 @@ class BuildSignalController(StageController):
         return (entry is None or entry.attempt != build.attempt or linked != build.id
                 or entry.status in (PathStatus.CANCELLING, PathStatus.CANCELLED))
 
-    async def _record(self, batch: Batch, build: Build, status: BuildStatus, url: str) -> None:
+    async def _record(self, batch: Batch, build: Build, status: BuildStatus, url: str,
+                      detail: str) -> None:
         now = self.deps.now()
         md = {"batch_id": batch.id, "build_id": build.id, "path_id": build.path_id,
               "attempt": build.attempt, "build_url": url, "build_status": status.value}
-        entries = [event_log(batch.queue, m, "building", now=now, occurrence=build.id,
+        if detail:
+            md["build_detail"] = detail[:2000]
+        occurrence = f"{build.id}/{status.value}"  # one history event per status reached
+        entries = [event_log(batch.queue, m, "building", now=now, occurrence=occurrence,
                              metadata=md) for m in batch.contains]
         if status is BuildStatus.SUCCEEDED:
             entries += [event_log(batch.queue, m, "built", now=now, occurrence=build.id,

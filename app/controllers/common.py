@@ -1,22 +1,88 @@
-"""What every controller shares: its dependencies, publishing, logs, terminal writes."""
+"""What every controller shares: its dependencies, publishing, logs, terminal writes,
+and the metrics observer (``PipelineMetrics``; a no-op unless the composition root
+wires one, so controllers never import a metrics library)."""
 
 from __future__ import annotations
 
+import time
 import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel
 
 from app.db.engine import Database
 from app.db.repos import requests as request_repo
-from app.domain.entities import LandRequest, RequestLog
+from app.domain.entities import LandRequest, RequestLog, RequestSummary
 from app.domain.errors import NotFound
 from app.domain.messages import LOG, LogMsg, log_id
-from app.domain.states import LogType, RequestState
+from app.domain.states import LogType, PublicStatus, RequestState
 from app.extensions.base import QueueExtensions
 from app.queue import Broker, Outgoing
+
+T = TypeVar("T")
+Timed = Literal["speculation", "merge"]
+
+
+class PipelineMetrics(Protocol):
+    """What controllers report. Implementations must be cheap and must not raise."""
+
+    def timed(self, what: Timed, queue: str, seconds: float, ok: bool) -> None:
+        """A speculation run or a merger call took ``seconds`` (``ok``: it returned)."""
+
+    def merge_finished(self, queue: str, outcome: str) -> None:
+        """A batch's merge outcome (``succeeded``/``failed``) was written, once per batch."""
+
+    def log_folded(self, entry: RequestLog, before: RequestSummary | None) -> None:
+        """The gateway folded ``entry``; ``before`` is the summary it replaced, or None
+        when the entry did not win (see ``persist_log``)."""
+
+
+class NoMetrics:
+    """The default observer: records nothing."""
+
+    def timed(self, what: Timed, queue: str, seconds: float, ok: bool) -> None:
+        return None
+
+    def merge_finished(self, queue: str, outcome: str) -> None:
+        return None
+
+    def log_folded(self, entry: RequestLog, before: RequestSummary | None) -> None:
+        return None
+
+
+def finished_request(entry: RequestLog, before: RequestSummary | None) -> tuple[str, float] | None:
+    """``(terminal status, seconds since receipt)`` when this fold moved a request from a
+    non-terminal to a terminal status, else None. A request is counted once: later
+    repairs of a terminal status fold onto a summary that is already terminal."""
+    if before is None or entry.type is not LogType.STATUS:
+        return None
+    if entry.status not in _PUBLIC_TERMINAL or before.status in _PUBLIC_TERMINAL:
+        return None
+    return entry.status, max(0, entry.timestamp_ms - before.received_at_ms) / 1000
+
+
+_PUBLIC_TERMINAL = frozenset(s.value for s in PublicStatus if s.terminal)
+
+
+def log_ids(payload: Any) -> Mapping[str, Any]:
+    """Log ids named by a pipeline message payload: ``queue`` and its entity id, bound
+    as ``sqid``, ``batch_id`` or ``entity_id`` (builds and others)."""
+    if not isinstance(payload, Mapping):
+        return {}
+    out: dict[str, Any] = {}
+    queue, ident = payload.get("queue"), payload.get("id", payload.get("request_id"))
+    if isinstance(queue, str):
+        out["queue"] = queue
+    if isinstance(ident, str):
+        if isinstance(queue, str) and ident.startswith(f"{queue}/batch/"):
+            out["batch_id"] = ident
+        elif isinstance(queue, str) and ident.startswith(f"{queue}/") and ident.count("/") == 1:
+            out["sqid"] = ident
+        else:
+            out["entity_id"] = ident
+    return out
 
 
 @dataclass
@@ -24,9 +90,21 @@ class Deps:
     db: Database
     broker: Broker
     extensions: Callable[[str], QueueExtensions]
+    metrics: PipelineMetrics = field(default_factory=NoMetrics)
 
     def now(self) -> int:
         return self.broker.clock()
+
+    async def timed(self, what: Timed, queue: str, work: Awaitable[T]) -> T:
+        """Await ``work`` and report its duration to the metrics observer."""
+        started = time.perf_counter()
+        ok = False
+        try:
+            result = await work
+            ok = True
+            return result
+        finally:
+            self.metrics.timed(what, queue, time.perf_counter() - started, ok)
 
     async def publish(self, topic: str, msg: BaseModel, *, partition_key: str,
                       message_id: str) -> None:

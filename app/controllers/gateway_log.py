@@ -14,11 +14,13 @@ gateway's history and summary through the one materializer (``persist_log``).
 "Does not win": an event, an older status, ``accepted`` after progress, or a
 non-terminal status after a versioned terminal one (``app/domain/materializer.py``).
 The CAS writes status, request version, status timestamp, last error and
-metadata with ``version + 1``.
+metadata with ``version + 1``. Each committed fold is reported to the metrics
+observer (``log_folded``), which times a request's first terminal status.
 """
 
 from __future__ import annotations
 
+from app.controllers.common import NoMetrics, PipelineMetrics
 from app.db.engine import Database
 from app.db.repos.request_log import persist_log
 from app.domain.messages import LogMsg
@@ -26,9 +28,10 @@ from app.queue import Delivery
 
 
 class GatewayLogController:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, metrics: PipelineMetrics | None = None) -> None:
         self.db = db
+        self.metrics = metrics or NoMetrics()
 
     async def process(self, delivery: Delivery) -> None:
-        msg = LogMsg.model_validate(delivery.payload)
-        await persist_log(self.db, msg.entry())
+        entry = LogMsg.model_validate(delivery.payload).entry()
+        self.metrics.log_folded(entry, await persist_log(self.db, entry))

@@ -36,7 +36,8 @@ class MergeController(StageController):
                        metadata={"batch_id": batch.id}) for m in batch.contains])
         spec = MergeSpec(queue=batch.queue, id=batch.id, steps=tuple(
             MergeStep(m, members[m].change_uris, members[m].strategy) for m in batch.contains))
-        outcome = await self.deps.extensions(batch.queue).merger.merge(spec)
+        merger = self.deps.extensions(batch.queue).merger
+        outcome = await self.deps.timed("merge", batch.queue, merger.merge(spec))
         await self.deps.publish(MERGESIGNAL, ResultMsg(
             id=batch.id, queue=batch.queue,
             outcome="succeeded" if outcome.succeeded else "failed", reason=outcome.reason,

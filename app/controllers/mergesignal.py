@@ -35,6 +35,7 @@ class MergeSignalController(StageController):
                           failure_reason=reason, version=batch.version + 1)
             async with self.deps.db.write() as s:
                 await batch_repo.update(s, old=batch, new=new, now_ms=self.deps.now())
+            self.deps.metrics.merge_finished(batch.queue, msg.outcome)
             batch = new
         elif not batch.state.terminal:
             raise InvalidState(f"batch {batch.id} is {batch.state}; no merge was dispatched")

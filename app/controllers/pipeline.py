@@ -98,7 +98,8 @@ def build_consumers(deps: Deps, *, orchestrator: bool = True, gateway: bool = Tr
                                reconcilers[topic + DLQ_SUFFIX], concurrency=concurrency)
                   for topic in controllers]
     if gateway:
-        specs.append(ConsumerSpec(m.LOG, m.GATEWAY_LOG_GROUP, GatewayLogController(deps.db),
+        specs.append(ConsumerSpec(m.LOG, m.GATEWAY_LOG_GROUP,
+                                  GatewayLogController(deps.db, deps.metrics),
                                   concurrency=concurrency))
         specs.append(ConsumerSpec(m.LOG + DLQ_SUFFIX, m.GATEWAY_DLQ_GROUP,
                                   reconcilers[m.LOG + DLQ_SUFFIX], concurrency=concurrency))

@@ -1,6 +1,8 @@
 """``speculate``: one run per merge queue at a time (a serial partition) that reloads the
-whole queue, folds build results into path sets, finalises what the facts decide, funds
-new paths within the build budget, and dispatches.
+whole queue, folds build results into path sets, asks the pure planner
+(``app.speculation.planner.plan``) what the facts decide and which paths to fund
+within the build budget, checks the plan, writes it in one transaction, and
+dispatches.
 
 Dirty signals coalesce: a message published before the start of the last completed
 run of its queue (in this process) carries nothing that run did not already read, so
@@ -21,23 +23,29 @@ The run, over every active batch (``created``/``speculating``/``merging``/``canc
 |---|---|
 | ``created`` | admit (as above) |
 | ``cancelling`` | stop its live paths; when none is live, write ``cancelled`` and publish ``conclude`` |
-| ``speculating`` | stop live paths a settled dependency contradicts; **merge** when a passed path's assumptions all came true (stop the siblings, write ``merging``, log ``speculated``, publish ``merge``); **fail** when every dependency settled and every unbroken path failed (write ``failed``, publish ``conclude``); else fund the likely path if the budget allows |
-| ``merging`` | nothing (its outcome arrives through ``mergesignal``) |
+| ``speculating`` | the planner's verdict: **merge** on a passed path whose assumptions all came true, or on full coverage when the queue allows it (then each overtaken dependency gains the head as a dependency and its old paths are cancelled); **fail** when every dependency settled and every valid path failed; else fund paths within the budget. A build that ended ``errored`` gives its path a new attempt (bounded, ``core.fold``) |
+| ``merging`` | nothing (its outcome arrives through ``mergesignal``); its live paths hold budget |
 
-Every write is conditional; path sets and the batch transition of a decided head are
-written in one transaction, after a recovery ``speculate`` message for that batch, and
-the dispatch follows the write. A lost race raises ``VersionMismatch`` and the whole
-run is retried.
+Writes: the whole plan (changed path sets, ``merging``/``failed`` transitions, grown
+dependency lists) is one transaction of conditional writes, after a recovery
+``speculate`` message per decided batch; dispatch (``merge``, ``conclude``, ``build``
+with stable ids) follows the write. A lost race raises ``VersionMismatch`` and the
+whole run is retried from a fresh snapshot. A plan that breaks an invariant (a build
+for a head that is not speculating, a terminal path rebuilt, a passed path cancelled
+without its head merging, the budget exceeded) is rejected: nothing is written.
 """  # noqa: E501 - state tables read best unwrapped
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.controllers.common import Deps, event_log, status_log, unique_id
+from app.controllers.plan_check import check_plan
+from app.controllers.scoring import QueueScoring
 from app.db.repos import batches as batch_repo
 from app.db.repos import requests as request_repo
 from app.db.repos import speculation as spec_repo
@@ -47,9 +55,14 @@ from app.domain.states import BatchState, PathStatus
 from app.queue import Delivery
 from app.speculation import core
 from app.speculation.core import Resolution
+from app.speculation.planner import CoveragePolicy, Plan, PlanInput, plan
+
+log = logging.getLogger("submitqueue.controllers")
 
 ACTIVE = (BatchState.CREATED, BatchState.SPECULATING, BatchState.MERGING, BatchState.CANCELLING)
 COALESCE_MARGIN_MS = 50
+DEFAULT_MEAN_BUILD_MS = 600_000.0  # until this process has seen a build of the queue end
+DURATION_WEIGHT = 0.2  # weight of the newest build in the running mean
 
 
 @dataclass
@@ -60,7 +73,6 @@ class Snapshot:
     entries: dict[str, list[PathEntry]]  # as folded in this run
     links: dict[tuple[str, int], str]
     builds: dict[str, Build]
-    decided: set[str] = field(default_factory=set)
     _res: dict[str, Resolution] | None = None
 
     def active(self, *states: BatchState) -> list[Batch]:
@@ -88,7 +100,9 @@ class Snapshot:
 class SpeculateController:
     def __init__(self, deps: Deps) -> None:
         self.deps = deps
+        self.scoring = QueueScoring(deps)
         self._last_run_started: dict[str, int] = {}
+        self._mean_build_ms: dict[str, float] = {}
 
     async def process(self, delivery: Delivery) -> None:
         msg = EntityMsg.model_validate(delivery.payload)
@@ -97,7 +111,7 @@ class SpeculateController:
         if last is not None and delivery.message.published_at_ms + COALESCE_MARGIN_MS < last:
             return
         started = self.deps.now()
-        await self._run(msg.queue)
+        await self.deps.timed("speculation", msg.queue, self._run(msg.queue))
         self._last_run_started[msg.queue] = started
 
     # -- pre-step --------------------------------------------------------------
@@ -131,13 +145,51 @@ class SpeculateController:
             snap.put(await self._admit(batch))
         for batch in snap.active(BatchState.CANCELLING):
             await self._finish_cancelling(snap, batch)
-        progress = True
-        while progress:  # a failed head settles its dependents: decide again
-            progress = False
-            for head in snap.active(BatchState.SPECULATING):
-                if head.id not in snap.decided:
-                    progress = await self._finalize(snap, head) or progress
-        await self._fund_and_dispatch(snap)
+        finished = self._finished(snap)
+        await self.scoring.learn(queue, finished, snap.batches)
+        result = await self._plan(snap)
+        check_plan(snap.batches, snap.sets, snap.entries, result,
+                   budget=self.deps.extensions(queue).build_budget)
+        await self._write_plan(snap, result)
+        await self._dispatch(snap, result)
+
+    def _finished(self, snap: Snapshot) -> list[PathEntry]:
+        """Entries that reached a verdict in this fold; their builds update the mean."""
+        out = []
+        for head, entries in snap.entries.items():
+            stored = {e.id: e for e in snap.sets[head].entries}
+            for e in entries:
+                before = stored.get(e.id)
+                if e.status in (PathStatus.PASSED, PathStatus.FAILED) and before is not None \
+                        and before.status.live:
+                    out.append(e)
+                    build = snap.builds.get(snap.links.get((e.id, before.attempt), ""))
+                    if build is not None and build.updated_at_ms >= build.created_at_ms:
+                        self._observe_duration(snap.queue,
+                                               build.updated_at_ms - build.created_at_ms)
+        return out
+
+    def _observe_duration(self, queue: str, ms: int) -> None:
+        mean = self._mean_build_ms.get(queue)
+        self._mean_build_ms[queue] = float(ms) if mean is None else \
+            mean + DURATION_WEIGHT * (ms - mean)
+
+    async def _plan(self, snap: Snapshot) -> Plan:
+        ext = self.deps.extensions(snap.queue)
+        spec = ext.speculation
+        unsettled = [b for b in snap.batches.values() if not b.state.terminal]
+        probs = await self.scoring.probabilities(snap.queue, unsettled)
+        coverage = CoveragePolicy(
+            max_unsettled=spec.coverage_max_unsettled,
+            min_remaining=spec.coverage_min_remaining,
+            complements=spec.coverage_complements,
+            complement_slots=spec.complement_slots) if spec.coverage else None
+        return plan(PlanInput(
+            batches=snap.batches, entries=snap.entries, probs=probs, budget=ext.build_budget,
+            allocator=spec.allocator, coverage=coverage, now_ms=self.deps.now(),
+            mean_build_ms=self._mean_build_ms.get(snap.queue, DEFAULT_MEAN_BUILD_MS),
+            min_probability=spec.min_probability, hedge_by_time=spec.hedge_by_time,
+        ), linked=snap.linked)
 
     async def _snapshot(self, queue: str) -> Snapshot:
         async with self.deps.db.read() as s:
@@ -158,70 +210,70 @@ class SpeculateController:
         }
         return Snapshot(queue, batches, sets, entries, links, builds)
 
-    def _stop(self, snap: Snapshot, head: str, keep: str | None = None) -> None:
-        now = self.deps.now()
-        snap.entries[head] = [
-            e if e.id == keep else core.cancel(e, linked=snap.linked(e), now=now)
-            for e in snap.entries.get(head, [])]
-
     async def _finish_cancelling(self, snap: Snapshot, batch: Batch) -> None:
-        self._stop(snap, batch.id)
+        now = self.deps.now()
+        snap.entries[batch.id] = [core.cancel(e, linked=snap.linked(e), now=now)
+                                  for e in snap.entries.get(batch.id, [])]
         if core.live(snap.entries.get(batch.id, [])):
             await self._save_sets(snap, [batch.id])
             return
-        reason = "cancelled by request"
-        await self._commit(snap, batch, BatchState.CANCELLED, reason)
-        await self._conclude(snap.batches[batch.id], message_id=f"{batch.id}/conclude/speculate")
-
-    async def _finalize(self, snap: Snapshot, head: Batch) -> bool:
-        res = snap.res()
-        now = self.deps.now()
-        entries = snap.entries.setdefault(head.id, [])
-        snap.entries[head.id] = [
-            core.cancel(e, linked=snap.linked(e), now=now) if core.broken(e.path, res) else e
-            for e in entries]
-        await self._announce_passed(head, snap.entries[head.id], res)
-        verdict = core.decide(head, snap.entries[head.id], res)
-        if verdict.kind == "wait":
-            return False
-        snap.decided.add(head.id)
-        if verdict.kind == "merge":
-            self._stop(snap, head.id, keep=verdict.path_id)
-            await self._commit(snap, head, BatchState.MERGING, "")
-            await self._dispatch_merge(snap.batches[head.id])
-            return False
-        await self._commit(snap, head, BatchState.FAILED, verdict.reason)
-        await self._conclude(snap.batches[head.id], message_id=f"{head.id}/conclude/speculate")
-        return True
-
-    async def _announce_passed(self, head: Batch, entries: Sequence[PathEntry],
-                               res: dict[str, Resolution]) -> None:
-        """``waiting`` for a passed path whose dependencies have not settled;
-        ``invalidated`` for a passed path a settled dependency contradicted."""
-        now = self.deps.now()
-        logs = []
-        for e in entries:
-            if e.status is not PathStatus.PASSED or core.settled(e.path, res):
-                continue
-            event = "invalidated" if core.broken(e.path, res) else "waiting"
-            md = {"batch_id": head.id, "path_id": e.id,
-                  "assumptions": {d: a.value for d, a in e.path.dependencies}}
-            logs += [event_log(head.queue, m, event, now=now, occurrence=e.id, metadata=md)
-                     for m in head.contains]
-        await self.deps.publish_logs(logs)
-
-    async def _commit(self, snap: Snapshot, batch: Batch, state: BatchState,
-                      reason: str) -> None:
-        """Path set and transition in one transaction, after a recovery wake-up."""
         await self.deps.publish(SPECULATE, EntityMsg(id=batch.id, queue=batch.queue),
                                 partition_key=batch.queue,
                                 message_id=unique_id(f"{batch.id}/recover"))
-        new = replace(batch, state=state, failure_reason=reason, version=batch.version + 1)
-        now = self.deps.now()
+        new = replace(batch, state=BatchState.CANCELLED, failure_reason="cancelled by request",
+                      version=batch.version + 1)
         async with self.deps.db.write() as s:
             await self._write_set(s, snap, batch.id)
             await batch_repo.update(s, old=batch, new=new, now_ms=now)
         snap.put(new)
+        await self._conclude(new, message_id=f"{batch.id}/conclude/speculate")
+
+    # -- writing the plan --------------------------------------------------------
+    async def _write_plan(self, snap: Snapshot, result: Plan) -> None:
+        """Path sets, transitions and grown dependency lists in one transaction."""
+        for head, entries in result.entries.items():
+            snap.entries[head] = list(entries)
+            snap.sets.setdefault(head, PathSet(queue=snap.queue, head=head))
+        changed: dict[str, Batch] = {}
+        for d in result.decisions:
+            old = snap.batches[d.head]
+            state = BatchState.MERGING if d.kind == "merge" else BatchState.FAILED
+            reason = self._fail_reason(snap, d.head, d.reason) if d.kind == "fail" else ""
+            changed[d.head] = replace(old, state=state, failure_reason=reason,
+                                      version=old.version + 1)
+        for bid, deps in result.dependencies.items():
+            old = snap.batches[bid]
+            base = changed.get(bid, replace(old, version=old.version + 1))
+            changed[bid] = replace(base, dependencies=deps)
+        for d in result.decisions:  # a wake-up in case we stop between write and dispatch
+            await self.deps.publish(SPECULATE, EntityMsg(id=d.head, queue=snap.queue),
+                                    partition_key=snap.queue,
+                                    message_id=unique_id(f"{d.head}/recover"))
+        now = self.deps.now()
+        dirty = [h for h in snap.entries if h in snap.sets and snap.changed(h)]
+        if not dirty and not changed:
+            return
+        async with self.deps.db.write() as s:
+            for h in dirty:
+                await self._write_set(s, snap, h)
+            for bid, new in changed.items():
+                await batch_repo.update(s, old=snap.batches[bid], new=new, now_ms=now)
+        for new in changed.values():
+            snap.put(new)
+        if result.rebuilds or any(d.bypass for d in result.decisions):
+            log.info("merged on coverage", extra={
+                "queue": snap.queue, "rebuilds": result.rebuilds,
+                "heads": [d.head for d in result.decisions if d.bypass]})
+
+    @staticmethod
+    def _fail_reason(snap: Snapshot, head: str, reason: str) -> str:
+        """The planner's reason plus the failed builds this run saw end (their logs)."""
+        seen = []
+        for e in snap.entries.get(head, []):
+            build = snap.builds.get(snap.links.get((e.id, e.attempt), ""))
+            if e.status is PathStatus.FAILED and build is not None:
+                seen.append(f"{build.id} ({build.log_url})" if build.log_url else build.id)
+        return f"{reason}; failed: {', '.join(seen[:3])}" if seen else reason
 
     async def _write_set(self, s: AsyncSession, snap: Snapshot, head: str) -> None:
         if not snap.changed(head):
@@ -238,17 +290,20 @@ class SpeculateController:
                 for h in dirty:
                     await self._write_set(s, snap, h)
 
-    async def _fund_and_dispatch(self, snap: Snapshot) -> None:
-        heads = [b for b in snap.active(BatchState.SPECULATING) if b.id not in snap.decided]
-        budget = self.deps.extensions(snap.queue).build_budget
-        now = self.deps.now()
-        for path in core.sticky_fund(heads, snap.entries, snap.res(), budget):
-            snap.entries.setdefault(path.head, []).append(
-                PathEntry(path=path, status=PathStatus.PENDING, attempt=1, created_at_ms=now,
-                          updated_at_ms=now))
-            snap.sets.setdefault(path.head, PathSet(queue=snap.queue, head=path.head))
-        await self._save_sets(snap, list(snap.entries))
-        for head in heads:
+    # -- dispatch --------------------------------------------------------------
+    async def _dispatch(self, snap: Snapshot, result: Plan) -> None:
+        for d in result.decisions:
+            batch = snap.batches[d.head]
+            if d.kind == "merge":
+                extra: dict[str, object] = {"path_id": d.path_id}
+                if d.bypass:
+                    extra |= {"bypass": True, "overtaken": list(d.overtaken),
+                              "rebuilds": result.rebuilds}
+                await self._dispatch_merge(batch, extra)
+            else:
+                await self._conclude(batch, message_id=f"{batch.id}/conclude/speculate")
+        await self._announce_passed(snap)
+        for head in snap.active(BatchState.SPECULATING):
             for e in snap.entries.get(head.id, []):
                 if e.status is PathStatus.PENDING and not snap.linked(e):
                     await self.deps.publish(
@@ -256,12 +311,31 @@ class SpeculateController:
                                         attempt=e.attempt),
                         partition_key=head.id, message_id=f"{head.id}/build/{e.id}/{e.attempt}")
 
-    # -- dispatch --------------------------------------------------------------
-    async def _dispatch_merge(self, batch: Batch) -> None:
+    async def _announce_passed(self, snap: Snapshot) -> None:
+        """``waiting`` for a passed path whose dependencies have not settled;
+        ``invalidated`` for a passed path a settled dependency contradicted."""
         now = self.deps.now()
+        res = snap.res()
+        logs = []
+        for head in snap.active(BatchState.SPECULATING):
+            for e in snap.entries.get(head.id, []):
+                if e.status is not PathStatus.PASSED or core.settled(e.path, res):
+                    continue
+                event = "invalidated" if core.broken(e.path, res) or \
+                    tuple(d for d, _ in e.path.dependencies) != head.dependencies else "waiting"
+                md = {"batch_id": head.id, "path_id": e.id,
+                      "assumptions": {d: a.value for d, a in e.path.dependencies}}
+                logs += [event_log(head.queue, m, event, now=now, occurrence=e.id, metadata=md)
+                         for m in head.contains]
+        await self.deps.publish_logs(logs)
+
+    async def _dispatch_merge(self, batch: Batch,
+                              extra: dict[str, object] | None = None) -> None:
+        now = self.deps.now()
+        md: dict[str, object] = {"batch_id": batch.id, **(extra or {})}
         await self.deps.publish_logs([
             status_log(batch.queue, m, "speculated", now=now, occurrence=batch.id,
-                       metadata={"batch_id": batch.id}) for m in batch.contains])
+                       metadata=md) for m in batch.contains])
         await self.deps.publish(MERGE, EntityMsg(id=batch.id, queue=batch.queue),
                                 partition_key=batch.queue, message_id=f"{batch.id}/merge-dispatch")
 

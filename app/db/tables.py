@@ -6,7 +6,8 @@ Ownership (enforced by which repository module may touch a table):
   ``request_batches``, ``path_sets``, ``builds``, ``path_builds``;
 - gateway: ``counters`` (domain ``request``), ``request_summaries``, ``request_log``,
   ``change_uri_requests``;
-- admin API: ``admin_audit`` (append only).
+- admin API: ``admin_audit`` (append only);
+- build runners: ``build_runs`` (``app/db/repos/build_runs.py``).
 
 JSON columns are stored as text (``*_json``) so both dialects read them alike.
 Every versioned row starts at version 1 and is written with ``WHERE version = old``.
@@ -125,6 +126,36 @@ path_builds = sa.Table(
     sa.Column("path_id", sa.String(64), primary_key=True),
     sa.Column("attempt", sa.Integer, primary_key=True),
     sa.Column("build_id", sa.String(ID), nullable=False),
+)
+
+# --- build runners (app/extensions/builds: command, webhook) --------------------
+# One row per build run by a runner of ours: its status as the runner knows it, who
+# runs it (owner instance, heartbeat) and its log (the last MiB). Written by the
+# runners and the CI status callback; only status-guarded writes (a finished run is
+# never changed), hence no version column.
+
+build_runs = sa.Table(
+    "build_runs",
+    metadata,
+    sa.Column("id", sa.String(ID), primary_key=True),
+    sa.Column("queue", sa.String(Q), nullable=False),
+    sa.Column("runner", sa.String(30), nullable=False),
+    sa.Column("batch_id", sa.String(ID), nullable=False),
+    sa.Column("path_id", sa.String(64), nullable=False),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("status", sa.String(30), nullable=False),
+    sa.Column("owner", sa.String(ID), nullable=False, server_default=""),
+    sa.Column("owner_group", sa.String(URI), nullable=False, server_default=""),
+    sa.Column("detail", sa.Text, nullable=False, server_default=""),
+    sa.Column("exit_code", sa.Integer, nullable=True),
+    sa.Column("log_url", sa.Text, nullable=False, server_default=""),
+    sa.Column("pid", sa.Integer, nullable=True),
+    sa.Column("heartbeat_ms", sa.BigInteger, nullable=False),
+    sa.Column("cancel_requested", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("log", sa.Text, nullable=False, server_default=""),
+    *_ts(),
+    sa.Index("ix_build_runs_owner", "owner", "status"),
+    sa.Index("ix_build_runs_owner_group", "owner_group", "status"),
 )
 
 # --- gateway-owned -------------------------------------------------------------

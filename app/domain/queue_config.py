@@ -29,8 +29,10 @@ against the process's working directory.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
@@ -55,9 +57,67 @@ class ChangeProviderConfig(_Cfg):
     type: Literal["fake", "git"] = "fake"
 
 
+_RUNNER_KEYS = {
+    "fake": {"type", "delay_ms"},
+    "command": {"type", "command", "timeout_s", "max_parallel"},
+    "webhook": {"type", "url", "secret_env", "timeout_s"},
+}
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
 class BuildRunnerConfig(_Cfg):
-    type: Literal["fake"] = "fake"
+    """Who runs a queue's builds (``app/extensions/builds/``; docs/builds.md).
+
+    - ``fake``: decides from URI markers; ``delay_ms`` per build.
+    - ``command``: builds the speculative tree in a git worktree (the queue needs a
+      ``git`` block) and runs ``command`` (an argv list, never a shell; an argument
+      ``{python}`` is this server's Python) there, at most ``max_parallel`` at a time,
+      each stopped after ``timeout_s`` (default 600).
+    - ``webhook``: POSTs each build to ``url`` signed with the secret held by the
+      environment variable ``secret_env``; CI reports back to the callback URL. A
+      build with no verdict ``timeout_s`` (default 3600) after its trigger errors.
+    """
+
+    type: Literal["fake", "command", "webhook"] = "fake"
     delay_ms: int = Field(default=0, ge=0, le=3_600_000)
+    command: tuple[str, ...] = ()
+    timeout_s: float | None = Field(default=None, gt=0, le=7 * 24 * 3600)
+    max_parallel: int = Field(default=2, ge=1, le=64)
+    url: str = ""
+    secret_env: str = ""
+
+    @field_validator("command")
+    @classmethod
+    def _argv(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if any(not arg or "\x00" in arg for arg in v):
+            raise ValueError("every argument of the command must be a non-empty string")
+        return v
+
+    @model_validator(mode="after")
+    def _per_type(self) -> BuildRunnerConfig:
+        stray = sorted(self.model_fields_set - _RUNNER_KEYS[self.type])
+        if stray:
+            raise ValueError(f"build_runner type {self.type} takes no {', '.join(stray)} "
+                             f"(its keys: {', '.join(sorted(_RUNNER_KEYS[self.type]))})")
+        if self.type == "command" and not self.command:
+            raise ValueError('build_runner type command needs command: an argv list such as '
+                             '["{python}", "sq_test.py"] (run in the tree, never by a shell)')
+        if self.type == "webhook":
+            parts = urlsplit(self.url)
+            if parts.scheme not in ("http", "https") or not parts.netloc:
+                raise ValueError("build_runner type webhook needs url: the CI's http:// or "
+                                 "https:// webhook address")
+            if not _ENV_NAME.match(self.secret_env):
+                raise ValueError("build_runner type webhook needs secret_env: the name of the "
+                                 "environment variable holding the shared secret (e.g. "
+                                 "SQ_WEBHOOK_SECRET_MYQUEUE), not the secret itself")
+        return self
+
+    @property
+    def effective_timeout_s(self) -> float:
+        if self.timeout_s is not None:
+            return self.timeout_s
+        return 3600.0 if self.type == "webhook" else 600.0
 
 
 class MergerConfig(_Cfg):
@@ -112,9 +172,91 @@ class ConflictAnalyzerConfig(_Cfg):
     by: Literal["file", "directory"] = "directory"
 
 
+class SizeBucket(_Cfg):
+    """Batches whose total lines changed lie in ``[min_lines, max_lines]`` score ``p``."""
+
+    min_lines: int = Field(ge=0)
+    max_lines: int = Field(ge=0)
+    p: float = Field(gt=0, lt=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> SizeBucket:
+        if self.min_lines > self.max_lines:
+            raise ValueError(f"bucket min_lines {self.min_lines} > max_lines {self.max_lines}")
+        return self
+
+
+DEFAULT_SIZE_BUCKETS = (
+    SizeBucket(min_lines=0, max_lines=50, p=0.97),
+    SizeBucket(min_lines=51, max_lines=500, p=0.9),
+    SizeBucket(min_lines=501, max_lines=1_000_000_000, p=0.75),
+)
+
+
 class ScorerConfig(_Cfg):
-    type: Literal["constant"] = "constant"
+    """P(batch lands), used to rank speculation paths.
+
+    ``constant``: ``probability`` for every batch. ``size``: ``buckets`` over the
+    batch's total lines changed (first match; no match -> ``default``). ``history``:
+    each author's and top-level directory's recent pass rate in this queue's own
+    finished builds (last ``window`` per key, smoothed towards ``prior`` with weight
+    ``prior_weight``). ``combined``: weighted average of ``children``.
+    """
+
+    type: Literal["constant", "size", "history", "combined"] = "constant"
     probability: float = Field(default=0.9, gt=0, lt=1)
+    buckets: tuple[SizeBucket, ...] = DEFAULT_SIZE_BUCKETS
+    default: float = Field(default=0.85, gt=0, lt=1)
+    prior: float = Field(default=0.9, gt=0, lt=1)
+    prior_weight: float = Field(default=2.0, gt=0, le=10_000)
+    window: int = Field(default=50, ge=1, le=10_000)
+    children: tuple[ScorerConfig, ...] = ()
+    weights: tuple[float, ...] | None = None
+
+    @model_validator(mode="after")
+    def _shape(self) -> ScorerConfig:
+        if self.type == "combined":
+            if not self.children:
+                raise ValueError("scorer type combined needs children: [{type: ...}, ...]")
+            if self.weights is not None and (
+                    len(self.weights) != len(self.children)
+                    or any(w < 0 for w in self.weights) or not sum(self.weights) > 0):
+                raise ValueError("scorer weights: one non-negative weight per child, "
+                                 "with a positive sum")
+        elif self.children or self.weights is not None:
+            raise ValueError(f"scorer type {self.type} takes no children or weights "
+                             "(only type combined does)")
+        return self
+
+
+class SpeculationConfig(_Cfg):
+    """How a queue spends its build budget.
+
+    ``allocator``: ``sticky`` (fill free slots; a funded build keeps its slot) or
+    ``preempting`` (cancel running builds whose path fell below the best ones).
+    ``coverage``: merge a batch before its dependencies settle when its passed builds
+    cover every outcome of at most ``coverage_max_unsettled`` unsettled dependencies
+    and the bypass pays: every overtaken dependency is expected to need at least
+    ``coverage_min_remaining`` mean build times before it could land (0 = bypass as soon
+    as covered). Off by default: the rebuilds it forces on overtaken batches can cost
+    more than it saves (see bench/simulate.py). ``coverage_complements``: spend up to
+    ``complement_slots`` free build slots on the complementary paths coverage needs.
+    ``min_probability``: fund no path less likely than this (each head's most likely
+    path is always funded). ``hedge_by_time``: discount a hedge on a dependency whose
+    own build reports soon. The defaults are the simulator's ``best-first``.
+    """
+
+    allocator: Literal["sticky", "preempting"] = "sticky"
+    coverage: bool = False
+    coverage_max_unsettled: int = Field(default=2, ge=1, le=4)
+    coverage_min_remaining: float = Field(default=1.0, ge=0, le=100)
+    coverage_complements: bool = False
+    complement_slots: int = Field(default=2, ge=1, le=100)
+    min_probability: float = Field(default=0.1, ge=0, lt=1)
+    hedge_by_time: bool = True
+
+
+_TYPE_OF = {"change_provider": "git", "merger": "git", "build_runner": "command"}
 
 
 class QueueConfig(_Cfg):
@@ -125,6 +267,7 @@ class QueueConfig(_Cfg):
     merger: MergerConfig = MergerConfig()
     conflict_analyzer: ConflictAnalyzerConfig = ConflictAnalyzerConfig()
     scorer: ScorerConfig = ScorerConfig()
+    speculation: SpeculationConfig = SpeculationConfig()
     git: GitConfig | None = None
     build_budget: int = Field(default=4, ge=1, le=1000)
     default_strategy: LandStrategy = LandStrategy.REBASE
@@ -142,13 +285,15 @@ class QueueConfig(_Cfg):
         users = [
             block
             for block, kind in (("change_provider", self.change_provider.type),
-                                ("merger", self.merger.type))
-            if kind == "git"
+                                ("merger", self.merger.type),
+                                ("build_runner", self.build_runner.type))
+            if kind in ("git", "command")
         ]
         if users and self.git is None:
             needs = "needs" if len(users) == 1 else "need"
             raise ValueError(
-                f"queue {self.name!r}: {' and '.join(f'{u}.type git' for u in users)} "
+                f"queue {self.name!r}: "
+                f"{' and '.join(f'{u}.type {_TYPE_OF[u]}' for u in users)} "
                 f"{needs} a 'git' block (git: {{repository: <path or URL>, "
                 "repo_key: <host>/<repo>})"
             )

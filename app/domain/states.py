@@ -94,10 +94,14 @@ class BuildStatus(StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    # The build produced no verdict: infrastructure failure, or lost (its runner
+    # restarted while it ran). Its path gets a new attempt (bounded); never a red flag.
+    ERRORED = "errored"
 
     @property
     def terminal(self) -> bool:
-        return self in (BuildStatus.SUCCEEDED, BuildStatus.FAILED, BuildStatus.CANCELLED)
+        return self in (BuildStatus.SUCCEEDED, BuildStatus.FAILED, BuildStatus.CANCELLED,
+                        BuildStatus.ERRORED)
 
 
 class Assumption(StrEnum):

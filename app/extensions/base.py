@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
+from app.domain.build_run import BuildRun
 from app.domain.entities import ChangeDetails
 from app.domain.errors import SubmitQueueError
+from app.domain.queue_config import SpeculationConfig
 from app.domain.states import BuildStatus, LandStrategy
 
 
@@ -78,6 +80,58 @@ class BuildRunner(Protocol):
         ...
 
 
+@runtime_checkable
+class Service(Protocol):
+    """An extension with background work (e.g. the command runner's heartbeat).
+
+    The composition root calls ``start()`` once the database is migrated and ``stop()``
+    before it closes the database.
+    """
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+class BuildStore(Protocol):
+    """Where build runners keep their runs, shared by every process of a deployment
+    (``app/db/repos/build_runs.py``; ``builds/memory.py`` for a single process).
+
+    A run is *finished* once its status is terminal; ``update`` never changes a
+    finished run, so the first verdict stands (the owner's, a lost-run sweep's or a
+    CI callback's, whichever came first).
+    """
+
+    async def create(self, run: BuildRun) -> None: ...
+
+    async def get(self, build_id: str) -> BuildRun | None: ...
+
+    async def update(
+        self, build_id: str, *, now_ms: int, status: BuildStatus | None = None,
+        detail: str | None = None, exit_code: int | None = None, log_url: str | None = None,
+        pid: int | None = None,
+    ) -> BuildRun | None:
+        """Change an unfinished run; returns the run as stored afterwards (None if unknown)."""
+        ...
+
+    async def set_log(self, build_id: str, text: str) -> None:
+        """Replace the run's stored log (the runner keeps it bounded)."""
+        ...
+
+    async def get_log(self, build_id: str) -> str | None: ...
+
+    async def heartbeat(self, owner: str, now_ms: int, live: Sequence[str]) -> list[str]:
+        """Mark ``owner``'s unfinished runs alive; return those of ``live`` it must stop
+        (a cancel was requested, or the run was finished by someone else)."""
+        ...
+
+    async def request_cancel(self, build_id: str) -> None: ...
+
+    async def unfinished(self, owner_group: str) -> list[BuildRun]:
+        """Unfinished runs of every instance of ``owner_group``."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class MergeStep:
     step_id: str  # the request's sqid
@@ -127,3 +181,4 @@ class QueueExtensions:
     merger: Merger
     scorer: Scorer
     build_budget: int
+    speculation: SpeculationConfig = field(default_factory=SpeculationConfig)

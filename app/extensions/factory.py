@@ -13,22 +13,27 @@ import os
 import shutil
 import subprocess
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import assert_never
 from urllib.parse import unquote, urlsplit
 
 from app.domain.errors import NotFound, ValidationError
-from app.domain.queue_config import GitConfig, QueueConfig, parse_queues
+from app.domain.queue_config import GitConfig, QueueConfig, ScorerConfig, parse_queues
 from app.extensions.base import (
     BuildRunner,
+    BuildStore,
     ChangeProvider,
     ConflictAnalyzer,
     Merger,
     QueueExtensions,
     Scorer,
+    Service,
 )
+from app.extensions.builds.command import CommandBuildRunner
 from app.extensions.builds.fake import FakeBuildRunner
+from app.extensions.builds.memory import MemoryBuildStore
+from app.extensions.builds.webhook import WebhookBuildRunner
 from app.extensions.changes.fake import FakeChangeProvider
 from app.extensions.changes.git import GitChangeProvider
 from app.extensions.conflict.analyzers import AllAnalyzer, NoneAnalyzer, PathOverlapAnalyzer
@@ -60,11 +65,30 @@ def _provider(config: QueueConfig) -> ChangeProvider:
             assert_never(other)
 
 
-def _runner(config: QueueConfig) -> BuildRunner:
+DEFAULT_PUBLIC_URL = "http://127.0.0.1:8000"
+
+
+def _runner(config: QueueConfig, store: BuildStore, public_url: str) -> BuildRunner:
     cfg = config.build_runner
     match cfg.type:
         case "fake":
             return FakeBuildRunner(delay_ms=cfg.delay_ms)
+        case "command":
+            git = _git(config)
+            return CommandBuildRunner(
+                queue=config.name, command=cfg.command, repos={git.repo_key: git.repository},
+                target_branch=git.target_branch, work_dir=_work_dir(config) / "builds",
+                store=store, timeout_s=cfg.effective_timeout_s, max_parallel=cfg.max_parallel)
+        case "webhook":
+            secret = os.environ.get(cfg.secret_env, "")
+            if not secret:
+                raise ValidationError(
+                    f"queue {config.name!r}: build_runner.secret_env names the environment "
+                    f"variable {cfg.secret_env}, which is not set or empty; export the shared "
+                    "webhook secret in it before starting the server")
+            return WebhookBuildRunner(queue=config.name, url=cfg.url, secret=secret,
+                                      public_url=public_url, store=store,
+                                      timeout_s=cfg.effective_timeout_s)
         case other:
             assert_never(other)
 
@@ -97,12 +121,14 @@ def _analyzer(config: QueueConfig) -> ConflictAnalyzer:
 
 
 def _scorer(config: QueueConfig) -> Scorer:
+    """Without a scorer factory (the composition root passes the speculation layer's),
+    only the constant scorer can be built here."""
     cfg = config.scorer
-    match cfg.type:
-        case "constant":
-            return ConstantScorer(cfg.probability)
-        case other:
-            assert_never(other)
+    if cfg.type != "constant":
+        raise ValidationError(
+            f"queue {config.name!r}: scorer type {cfg.type!r} needs the speculation "
+            "scorers (ExtensionRegistry(..., scorer_factory=build_scorer))")
+    return ConstantScorer(cfg.probability)
 
 
 SANDBOX_README = """\
@@ -142,7 +168,9 @@ def _create_sandbox(path: Path, branch: str, home: Path) -> None:
         _git_sync(["init", "--bare", "--quiet", f"--initial-branch={branch}", str(tmp)], home)
         _git_sync(["config", "core.logAllRefUpdates", "true"], home, tmp)
         blob = _git_sync(["hash-object", "-w", "--stdin"], home, tmp, SANDBOX_README)
-        tree = _git_sync(["mktree"], home, tmp, f"100644 blob {blob}\tREADME.md\n")
+        test = _git_sync(["hash-object", "-w", "--stdin"], home, tmp, sandbox_test_script())
+        tree = _git_sync(["mktree"], home, tmp, f"100644 blob {blob}\tREADME.md\n"
+                                                f"100644 blob {test}\t{SANDBOX_TEST}\n")
         commit = _git_sync(["commit-tree", tree, "-m", "Initial commit of the sandbox"],
                            home, tmp)
         _git_sync(["update-ref", f"refs/heads/{branch}", commit, ""], home, tmp)
@@ -153,6 +181,41 @@ def _create_sandbox(path: Path, branch: str, home: Path) -> None:
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+SANDBOX_TEST = "sq_test.py"
+
+
+def sandbox_test_script() -> str:
+    """The sandbox's test command (``app/extensions/builds/sq_test.py``): prints each
+    file it checks, fails when a file has a line that is exactly ``BROKEN``."""
+    return (Path(__file__).parent / "builds" / "sq_test.py").read_text(encoding="utf-8")
+
+
+def _add_sandbox_test(git_dir: Path, branch: str, home: Path) -> None:
+    """Give a sandbox made before it existed its ``sq_test.py`` (one commit on the branch).
+
+    Only a repository whose README.md is the sandbox's own is touched."""
+    ref = f"refs/heads/{branch}"
+    try:
+        _git_sync(["cat-file", "-e", f"{ref}:{SANDBOX_TEST}"], home, git_dir)
+        return
+    except RuntimeError:
+        pass
+    try:
+        readme = _git_sync(["cat-file", "-p", f"{ref}:README.md"], home, git_dir)
+    except RuntimeError:
+        return
+    if readme != SANDBOX_README.strip():
+        return
+    tip = _git_sync(["rev-parse", "--verify", ref], home, git_dir)
+    entries = _git_sync(["ls-tree", "-z", tip], home, git_dir).split("\0")
+    blob = _git_sync(["hash-object", "-w", "--stdin"], home, git_dir, sandbox_test_script())
+    listing = "".join(f"{e}\0" for e in entries if e) + f"100644 blob {blob}\t{SANDBOX_TEST}\0"
+    tree = _git_sync(["mktree", "-z"], home, git_dir, listing)
+    commit = _git_sync(["commit-tree", tree, "-p", tip, "-m",
+                        f"Add {SANDBOX_TEST}, the sandbox's build command"], home, git_dir)
+    _git_sync(["update-ref", ref, commit, tip], home, git_dir)
 
 
 def prepare_repository(queue: str, git: GitConfig, work_dir: Path) -> None:
@@ -185,24 +248,39 @@ def prepare_repository(queue: str, git: GitConfig, work_dir: Path) -> None:
         raise ValidationError(
             f"{where} has no branch {git.target_branch!r} (git.target_branch); push it first"
         ) from None
+    if git.create_sandbox:
+        try:
+            _add_sandbox_test(git_dir, git.target_branch, home)
+        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+            raise ValidationError(f"{where}: cannot add {SANDBOX_TEST} to the sandbox: {exc}"
+                                  ) from None
 
 
-def build_extensions(config: QueueConfig) -> QueueExtensions:
+ScorerFactory = Callable[[ScorerConfig], Scorer]
+
+
+def build_extensions(config: QueueConfig,
+                     scorer_factory: ScorerFactory | None = None, *,
+                     build_store: BuildStore | None = None,
+                     public_url: str = DEFAULT_PUBLIC_URL) -> QueueExtensions:
     """Fresh extension instances for one queue, as its configuration selects them.
 
     A queue with a ``git`` block has its repository checked (and, with
     ``create_sandbox``, created) here, synchronously: a missing or unusable repository
     fails start-up with ``ValidationError`` naming the queue and the path.
+    ``build_store`` keeps the runs of the command and webhook runners (default: this
+    process's memory); ``public_url`` is where CI reaches this server's callbacks.
     """
     if config.git is not None:
         prepare_repository(config.name, config.git, _work_dir(config))
     return QueueExtensions(
         provider=_provider(config),
         analyzer=_analyzer(config),
-        runner=_runner(config),
+        runner=_runner(config, build_store or MemoryBuildStore(), public_url),
         merger=_merger(config),
-        scorer=_scorer(config),
+        scorer=scorer_factory(config.scorer) if scorer_factory else _scorer(config),
         build_budget=config.build_budget,
+        speculation=config.speculation,
     )
 
 
@@ -218,19 +296,37 @@ class ExtensionRegistry:
         configs: Mapping[str, QueueConfig],
         *,
         overrides: Mapping[str, QueueExtensions] | None = None,
+        scorer_factory: ScorerFactory | None = None,
+        build_store: BuildStore | None = None,
+        public_url: str = DEFAULT_PUBLIC_URL,
     ) -> None:
         unknown = sorted(set(overrides or {}) - set(configs))
         if unknown:
             raise ValueError(f"overrides for queues that are not configured: {unknown}")
         self._configs: dict[str, QueueConfig] = dict(configs)
+        self.build_store: BuildStore = build_store or MemoryBuildStore()
         self._extensions: dict[str, QueueExtensions] = {
-            name: (overrides or {}).get(name) or build_extensions(cfg)
+            name: (overrides or {}).get(name) or build_extensions(
+                cfg, scorer_factory, build_store=self.build_store, public_url=public_url)
             for name, cfg in configs.items()
         }
+        self._started: list[Service] = []
+
+    async def start(self) -> None:
+        """Start the extensions that run in the background (the command runners)."""
+        for ext in self._extensions.values():
+            if isinstance(ext.runner, Service) and ext.runner not in self._started:
+                await ext.runner.start()
+                self._started.append(ext.runner)
+
+    async def stop(self) -> None:
+        while self._started:
+            await self._started.pop().stop()
 
     @classmethod
-    def from_file(cls, path: Path) -> ExtensionRegistry:
-        return cls(load_queues_file(path))
+    def from_file(cls, path: Path, *,
+                  scorer_factory: ScorerFactory | None = None) -> ExtensionRegistry:
+        return cls(load_queues_file(path), scorer_factory=scorer_factory)
 
     def names(self) -> list[str]:
         """Configured queue names, in configuration order."""

@@ -18,6 +18,17 @@ Outcome of ``await controller.process(delivery)``:
 A controller's exception never stops its consumer loop. While a handler runs its
 lease is extended automatically, so only a crashed or hung process lets the
 message come back (after the visibility timeout).
+
+Observability hooks (both optional, both generic):
+
+- ``on_handled(topic, group, outcome, seconds)`` is called after every handler run
+  with its outcome (``acked``, ``held``, ``retried``, ``dead_lettered``, ``released``,
+  ``lease_lost``, ``error``) and wall time; an observer that raises is logged and
+  ignored.
+- Log context: around each handler the ids ``topic``, ``group``, ``message_id``,
+  ``partition_key`` and ``attempt`` are bound with ``structlog.contextvars`` (so every
+  log line the handler writes carries them), plus whatever ``log_context(payload)``
+  returns (e.g. the entity ids a payload names).
 """
 
 from __future__ import annotations
@@ -26,9 +37,12 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+import structlog
 
 from app.queue.broker import Broker
 from app.queue.classify import classify
@@ -105,6 +119,13 @@ class Controller(Protocol):
     async def process(self, delivery: Delivery) -> None: ...
 
 
+HandledObserver = Callable[[str, str, str, float], None]
+"""``(topic, group, outcome, seconds)``, called after each handler run."""
+
+LogContext = Callable[[Any], Mapping[str, Any]]
+"""Extra log ids bound around a handler, from the message payload."""
+
+
 class Chaos:
     """Chaos delivery mode for tests: every handler runs twice (a redelivery), and a
     fraction of runs fail *after* their writes (a crash before the ack)."""
@@ -159,8 +180,11 @@ class Consumer:
     """One loop per (group, topic): claims what it can run and runs it."""
 
     def __init__(self, broker: Broker, spec: ConsumerSpec, *, poll_interval_ms: int = 500,
-                 chaos: Chaos | None = None) -> None:
+                 chaos: Chaos | None = None, on_handled: HandledObserver | None = None,
+                 log_context: LogContext | None = None) -> None:
         self.broker = broker
+        self.on_handled = on_handled
+        self.log_context = log_context
         self.spec = spec
         self.topic_spec = broker.topology.spec(spec.topic)
         self.poll_interval_ms = poll_interval_ms
@@ -179,6 +203,11 @@ class Consumer:
     @property
     def in_flight(self) -> int:
         return len(self._tasks)
+
+    @property
+    def running(self) -> bool:
+        """Its claim loop is alive (started, not stopped, not crashed)."""
+        return self._loop_task is not None and not self._loop_task.done()
 
     def start(self) -> None:
         if self._loop_task is None:
@@ -246,10 +275,27 @@ class Consumer:
             except Exception:
                 log.warning("lease extension failed", extra={"consumer": self.name})
 
+    def _log_ids(self, cd: ClaimedDelivery) -> dict[str, Any]:
+        ids: dict[str, Any] = {
+            "topic": cd.message.topic, "group": cd.consumer_group,
+            "message_id": cd.message.message_id, "partition_key": cd.message.partition_key,
+            "attempt": cd.attempt,
+        }
+        if self.log_context is not None:
+            try:
+                ids.update(self.log_context(cd.message.payload))
+            except Exception:
+                log.warning("log context failed", extra={"consumer": self.name}, exc_info=True)
+        return ids
+
     async def _handle(self, cd: ClaimedDelivery) -> None:
+        # Each handler runs in its own task (its own copy of the context), so these
+        # bindings reach only this handler's log lines.
+        structlog.contextvars.bind_contextvars(**self._log_ids(cd))
         delivery = Delivery(self.broker, cd, self.topic_spec.visibility_timeout_ms)
         extender = asyncio.create_task(self._extend_forever(cd))
         outcome = "error"
+        started = time.perf_counter()
         try:
             try:
                 await self.spec.controller.process(delivery)
@@ -273,7 +319,16 @@ class Consumer:
         finally:
             extender.cancel()
             self._count(outcome)
+            self._observe(outcome, time.perf_counter() - started)
             self._wake.set()  # a settled message may unblock its partition
+
+    def _observe(self, outcome: str, seconds: float) -> None:
+        if self.on_handled is None:
+            return
+        try:
+            self.on_handled(self.spec.topic, self.spec.group, outcome, seconds)
+        except Exception:
+            log.warning("handler observer failed", extra={"consumer": self.name}, exc_info=True)
 
     async def _chaos(self, cd: ClaimedDelivery, first: Delivery) -> Delivery:
         assert self.chaos is not None
@@ -344,10 +399,14 @@ class ConsumerService:
         retention_ms: int | None = None,
         gc_interval_ms: int = 60_000,
         chaos: Chaos | None = None,
+        on_handled: HandledObserver | None = None,
+        log_context: LogContext | None = None,
     ) -> None:
         self.broker = broker
         self.consumers = [
-            Consumer(broker, s, poll_interval_ms=poll_interval_ms, chaos=chaos) for s in specs
+            Consumer(broker, s, poll_interval_ms=poll_interval_ms, chaos=chaos,
+                     on_handled=on_handled, log_context=log_context)
+            for s in specs
         ]
         self.shutdown_grace_ms = shutdown_grace_ms
         self.retention_ms = retention_ms
@@ -368,6 +427,11 @@ class ConsumerService:
                 await self.broker.collect_garbage(self.retention_ms)
             except Exception:
                 log.exception("garbage collection failed")
+
+    @property
+    def running(self) -> int:
+        """How many consumer loops are alive."""
+        return sum(1 for c in self.consumers if c.running)
 
     async def stop(self) -> None:
         if self._gc_task is not None:

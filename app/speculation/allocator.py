@@ -3,12 +3,21 @@
 The budget counts *live* entries (pending, building, cancelling) across every
 supplied path set, whatever the head's state. Allocators only propose; the
 controller checks and dispatches.
+
+A stored path with a verdict (``passed``/``failed``) is never proposed again, nor is a
+live one. A ``cancelled`` path that the generator still yields (its head is planned,
+its assumptions are not contradicted and match the head's dependencies) may be
+proposed again: it was stopped for a reason that no longer holds (preempted, or its
+build was cancelled outside SubmitQueue), and it may be the very path that must land;
+refusing it could leave the head waiting forever. The planner records it as a new
+attempt of the same path.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -34,10 +43,15 @@ def _live_count(stored: Mapping[str, PathEntry]) -> int:
     return sum(1 for e in stored.values() if e.status.live)
 
 
+def fundable(e: PathEntry | None) -> bool:
+    """Not stored, or stored ``cancelled`` (a new attempt; see the module doc)."""
+    return e is None or e.status is PathStatus.CANCELLED
+
+
 def sticky(stream: Iterable[Candidate], entries: Mapping[str, Sequence[PathEntry]],
            budget: int) -> list[Proposal]:
-    """Fill free slots from the stream, skipping paths already stored (any status) or
-    already proposed; never cancels. Pulls only as much of the stream as it needs."""
+    """Fill free slots from the stream, skipping paths stored live or with a verdict, and
+    paths already proposed; never cancels. Pulls only as much of the stream as it needs."""
     stored = _index(entries)
     free = budget - _live_count(stored)
     out: list[Proposal] = []
@@ -46,7 +60,7 @@ def sticky(stream: Iterable[Candidate], entries: Mapping[str, Sequence[PathEntry
     seen: set[str] = set()
     for cand in stream:
         pid = cand.path.id
-        if pid in stored or pid in seen:
+        if not fundable(stored.get(pid)) or pid in seen:
             continue
         seen.add(pid)
         out.append(Proposal("build", cand.path))
@@ -56,15 +70,34 @@ def sticky(stream: Iterable[Candidate], entries: Mapping[str, Sequence[PathEntry
     return out
 
 
+def _first_paths(generator: Generator) -> list[Candidate]:
+    """Each planned head's most likely path."""
+    return [c for h in generator.heads() for c in itertools.islice(generator.head_paths(h), 1)]
+
+
+def bounded(generator: Generator, floor: float) -> Iterator[Candidate]:
+    """The generator's stream without the paths scoring below ``floor``, except each head's
+    most likely path, which always stays in (after every path above the floor): it has
+    to be built either way, to land the head or to reject it."""
+    if floor == -math.inf:
+        yield from generator
+        return
+    yield from itertools.takewhile(lambda c: c.score >= floor, generator)
+    below = [c for c in _first_paths(generator) if c.score < floor]
+    yield from sorted(below, key=lambda c: (-c.score, c.head_index))
+
+
 def preempting(generator: Generator, entries: Mapping[str, Sequence[PathEntry]],
-               budget: int) -> list[Proposal]:
+               budget: int, *, floor: float = -math.inf) -> list[Proposal]:
     """Like :func:`sticky`, but also cancels live funded paths that fell below the funded set.
 
     The funded set is the best ``capacity`` non-terminal paths of the stream, where
     ``capacity`` is the budget minus slots nobody can reclaim now (cancelling paths and
     live paths of heads the generator does not plan). A pending/building path of a
-    planned head whose score is strictly below the weakest funded path is cancelled.
-    Passed (or any terminal) paths are never cancelled. Cancels free their slot only
+    planned head whose score is strictly below the weakest funded path is cancelled; so is
+    one that no longer belongs to the stream at all (score ``-inf``) or, unless it is its
+    head's most likely path, scores below ``floor`` (see :func:`bounded`). Passed (or any
+    terminal) paths are never cancelled. Cancels free their slot only
     when the build ends, so builds are proposed for currently free slots only: the
     budget is never exceeded, counting cancelling paths.
     """
@@ -75,9 +108,9 @@ def preempting(generator: Generator, entries: Mapping[str, Sequence[PathEntry]],
     capacity = budget - (_live_count(stored) - len(movable))
     funded: list[Candidate] = []
     if capacity > 0:
-        for cand in generator:
+        for cand in bounded(generator, floor):
             e = stored.get(cand.path.id)
-            if e is not None and e.status.terminal:
+            if e is not None and e.status.terminal and not fundable(e):
                 continue  # never rebuilt, so it cannot hold a slot
             funded.append(cand)
             if len(funded) >= capacity:
@@ -87,15 +120,16 @@ def preempting(generator: Generator, entries: Mapping[str, Sequence[PathEntry]],
     threshold = funded[-1].score if len(funded) >= max(capacity, 1) else -math.inf
     funded_ids = {c.path.id for c in funded}
     out: list[Proposal] = []
+    firsts = {c.path.id for c in _first_paths(generator)} if floor > -math.inf else set()
     scored = sorted((generator.score(e.path), e.id, e) for e in movable if e.id not in funded_ids)
     for s, _, e in scored:  # worst first
-        if s < threshold or s == -math.inf:
+        if s < threshold or (s < floor and e.id not in firsts) or s == -math.inf:
             out.append(Proposal("cancel", e.path))
     free = budget - _live_count(stored)
     for cand in funded:
         if free <= 0:
             break
-        if cand.path.id in stored:
+        if not fundable(stored.get(cand.path.id)):
             continue
         out.append(Proposal("build", cand.path))
         free -= 1
@@ -103,10 +137,12 @@ def preempting(generator: Generator, entries: Mapping[str, Sequence[PathEntry]],
 
 
 def allocate(kind: AllocatorName, generator: Generator,
-             entries: Mapping[str, Sequence[PathEntry]], budget: int) -> list[Proposal]:
-    """Run the named allocator (a queue's configuration picks one)."""
+             entries: Mapping[str, Sequence[PathEntry]], budget: int, *,
+             floor: float = -math.inf) -> list[Proposal]:
+    """Run the named allocator (a queue's configuration picks one). Paths scoring below
+    ``floor`` (a log-probability) are not funded, but for each head's most likely one."""
     if kind == "sticky":
-        return sticky(generator, entries, budget)
+        return sticky(bounded(generator, floor), entries, budget)
     if kind == "preempting":
-        return preempting(generator, entries, budget)
+        return preempting(generator, entries, budget, floor=floor)
     raise ValueError(f"unknown allocator {kind!r}")

@@ -73,14 +73,28 @@ def decide(head: Batch, entries: Sequence[PathEntry], res: Mapping[str, Resoluti
     return WAIT
 
 
+MAX_BUILD_ATTEMPTS = 3
+
+
 def fold(entry: PathEntry, build: Build | None, linked: bool, now: int) -> PathEntry:
-    """Fold what the builds say into a path entry's status (observations only)."""
+    """Fold what the builds say into a path entry's status (observations only).
+
+    A build that ended ``errored`` (infrastructure failure, or lost when its runner
+    restarted) gave no verdict: the path gets a new attempt (``pending``, attempt + 1,
+    no link yet) up to :data:`MAX_BUILD_ATTEMPTS`; after that it counts as failed.
+    """
     status = entry.status
     if status is PathStatus.CANCELLING:
         if not linked or (build is not None and build.status.terminal):
             status = PathStatus.CANCELLED
     elif status in (PathStatus.PENDING, PathStatus.BUILDING) and build is not None:
-        status = _BUILD_TO_PATH.get(build.status, PathStatus.BUILDING)
+        if build.status is BuildStatus.ERRORED:
+            if entry.attempt < MAX_BUILD_ATTEMPTS:
+                return replace(entry, status=PathStatus.PENDING, attempt=entry.attempt + 1,
+                               updated_at_ms=now)
+            status = PathStatus.FAILED
+        else:
+            status = _BUILD_TO_PATH.get(build.status, PathStatus.BUILDING)
     return entry if status is entry.status else replace(entry, status=status, updated_at_ms=now)
 
 

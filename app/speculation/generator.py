@@ -77,8 +77,9 @@ class _HeadPlan:
     """Everything needed to enumerate one head's paths."""
 
     def __init__(self, head: Batch, res: Mapping[str, Resolution],
-                 probs: Mapping[str, float]) -> None:
+                 probs: Mapping[str, float], weight: float = 0.0) -> None:
         self.head = head
+        self.weight = weight
         preferred: list[Assumption] = []
         logs: list[float] = []
         flips: list[_Flip] = []
@@ -114,7 +115,10 @@ class _HeadPlan:
                                                       strict=True)))
 
     def score_of(self, flip_positions: tuple[int, ...]) -> float:
-        return self.base - math.fsum(self.flips[pos].cost for pos in flip_positions)
+        if not flip_positions:
+            return self.base
+        return self.base - math.fsum(self.flips[pos].cost for pos in flip_positions) + \
+            self.weight
 
     def enumerate(self, head_index: int) -> Iterator[Candidate]:
         """Flip subsets by (-score, size, positions); each child's key exceeds its parent's."""
@@ -139,7 +143,9 @@ class _HeadPlan:
                 self.head.dependencies:
             return -math.inf
         logs: list[float] = []
-        for dep, a in path.dependencies:
+        flipped = False
+        for i, (dep, a) in enumerate(path.dependencies):
+            flipped = flipped or a is not self.preferred[i]
             fixed = self.fixed.get(dep)
             if fixed is not None:
                 if fixed is not a:
@@ -147,7 +153,7 @@ class _HeadPlan:
                 continue
             p = self.prob[dep]
             logs.append(math.log(p if a is Assumption.SUCCEEDS else 1.0 - p))
-        return math.fsum(logs)
+        return math.fsum(logs) + (self.weight if flipped else 0.0)
 
 
 class Generator:
@@ -156,11 +162,20 @@ class Generator:
     ``heads``: speculating batches in queue order; ``res``: resolution of every
     dependency (missing = unresolved); ``probs``: success probability per unresolved
     dependency (missing or invalid = 0.95). Iterating twice gives the same sequence.
+
+    ``alternative_weights`` (optional, per head, ``<= 0``): a log-weight added to the
+    score of every path of that head except its most likely one. The planner passes
+    ``ln P(head is good)``: the most likely path must be built either way (to land the
+    head or to reject it), the alternatives only pay off if the head can land.
     """
 
     def __init__(self, heads: Sequence[Batch], res: Mapping[str, Resolution],
-                 probs: Mapping[str, float]) -> None:
-        self._plans = [_HeadPlan(h, res, probs) for h in heads]
+                 probs: Mapping[str, float],
+                 alternative_weights: Mapping[str, float] | None = None) -> None:
+        weights = alternative_weights or {}
+        if any(w > 0 or math.isnan(w) for w in weights.values()):
+            raise ValueError("alternative weights are log-probabilities: <= 0")
+        self._plans = [_HeadPlan(h, res, probs, weights.get(h.id, 0.0)) for h in heads]
         self._by_head = {p.head.id: p for p in self._plans}
 
     def __iter__(self) -> Iterator[Candidate]:

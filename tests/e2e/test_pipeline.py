@@ -30,7 +30,7 @@ pytestmark = [
 async def assert_clean_history(server: Server, sqid: str) -> None:
     """Every status appears once, in a legal order, ending in one terminal status."""
     statuses = await server.statuses(sqid)
-    assert len(statuses) == len(set(statuses)), statuses
+    assert len(statuses) == len(set(statuses)), " > ".join(statuses)
     terminal = [s for s in statuses if s in ("landed", "error", "cancelled")]
     assert len(terminal) == 1 and statuses[-1] == terminal[0], statuses
 
@@ -82,7 +82,7 @@ async def test_duplicate_land_of_an_in_flight_change_is_rejected(
     database_url: str, mode: dict, tmp_path: Path
 ) -> None:
     async with serve(database_url, tmp_path, **mode) as server:
-        uri = change("dup", files="d/x.py", build_ms=2000)
+        uri = change("dup", files="d/x.py", build_ms=4000)
         first = await server.land(uri)
         await server.wait_status(first, {"batched", "speculating"})
         second = await server.land(uri)

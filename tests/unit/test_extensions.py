@@ -37,6 +37,7 @@ from app.extensions.factory import (
 from app.extensions.merger.fake import FakeMerger, NoopMerger
 from app.extensions.scorer.constant import ConstantScorer
 from app.queue import classify
+from app.speculation.scoring import build_scorer
 
 ROOT = Path(__file__).resolve().parents[2]
 SHA1 = "1" * 40
@@ -556,7 +557,7 @@ def test_repository_queues_yaml_defines_the_demo_queue(tmp_path: Path) -> None:
     assert demo.merger.type == "fake"
     assert (demo.conflict_analyzer.type, demo.conflict_analyzer.by) == ("pathoverlap", "directory")
     assert demo.build_budget == 4
-    reg = ExtensionRegistry.from_file(tmp_path / "queues.yaml")
+    reg = ExtensionRegistry.from_file(tmp_path / "queues.yaml", scorer_factory=build_scorer)
     assert reg.names() == ["demo", "sandbox"]
     assert reg.for_queue("demo").build_budget == 4
 

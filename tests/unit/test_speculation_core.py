@@ -100,6 +100,19 @@ def test_fold_build_results_into_entries() -> None:
     assert core.fold(passed, build(BuildStatus.FAILED), True, 1) is passed
 
 
+def test_an_errored_build_gives_its_path_a_new_attempt_then_counts_as_failed() -> None:
+    p = path(S, S)
+    building = entry(p, PathStatus.BUILDING)
+    retried = core.fold(building, build(BuildStatus.ERRORED), True, 7)
+    assert (retried.status, retried.attempt, retried.updated_at_ms) == (PathStatus.PENDING, 2, 7)
+    assert retried.id == building.id  # same path, new attempt: never a red verdict
+    last = PathEntry(path=p, status=PathStatus.BUILDING, attempt=core.MAX_BUILD_ATTEMPTS)
+    assert core.fold(last, build(BuildStatus.ERRORED), True, 8).status is PathStatus.FAILED
+    cancelling = entry(p, PathStatus.CANCELLING)
+    assert core.fold(cancelling, build(BuildStatus.ERRORED), True, 9).status \
+        is PathStatus.CANCELLED
+
+
 def test_cancel_stops_live_paths_only() -> None:
     p = path(S, S)
     assert core.cancel(entry(p, PathStatus.BUILDING), linked=True, now=1).status \

@@ -6,6 +6,7 @@ import itertools
 import math
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -13,9 +14,19 @@ from hypothesis import strategies as st
 
 from app.domain.entities import Batch, ChangeDetails, ChangedFile, PathEntry, SpeculationPath
 from app.domain.states import Assumption, BatchState, PathStatus
+from app.speculation import core
 from app.speculation.allocator import Proposal, allocate, preempting, sticky
-from app.speculation.core import Resolution
+from app.speculation.core import NO_PATH_PASSED, Resolution
 from app.speculation.generator import DEFAULT_PROBABILITY, Generator, probabilities, sanitize
+from app.speculation.invariants import check
+from app.speculation.planner import (
+    CoveragePolicy,
+    Decision,
+    Plan,
+    PlanInput,
+    PlanInvariantError,
+    plan,
+)
 from app.speculation.scorers import (
     CombinedScorer,
     HistoryScorer,
@@ -235,7 +246,9 @@ def test_allocators_never_exceed_the_budget(ps: list[float], budget: int,
         for prop in props:
             e = by_id.get(prop.path.id)
             if prop.action == "build":
-                assert e is None  # a stored path (terminal or live) is never re-proposed
+                # a stored path is never re-proposed, except a cancelled one (as its next
+                # attempt: it may be the very path that must land)
+                assert e is None or e.status is PathStatus.CANCELLED
             else:
                 assert e is not None and e.status in (PathStatus.PENDING, PathStatus.BUILDING)
 
@@ -351,3 +364,280 @@ def test_combined_scorer_is_a_weighted_average() -> None:
         CombinedScorer([])
     with pytest.raises(ValueError):
         CombinedScorer([a], [0])
+
+
+# --- plan(): finalize, fund, invariants ------------------------------------------------
+
+MEAN = 1000.0
+
+
+def qb(hid: str, deps: Sequence[str] = (), state: BatchState = BatchState.SPECULATING,
+       t: int = 0) -> Batch:
+    return Batch(queue="q", id=hid, contains=(hid,), dependencies=tuple(deps), state=state,
+                 version=1, created_at_ms=t)
+
+
+def pe(hid: str, deps: Sequence[str], assumptions: Sequence[Assumption], status: PathStatus,
+       *, t: int = 0, attempt: int = 1) -> PathEntry:
+    return PathEntry(path=path(hid, deps, assumptions), status=status, attempt=attempt,
+                     created_at_ms=t, updated_at_ms=t)
+
+
+def run(batches: Sequence[Batch], entries: dict[str, list[PathEntry]] | None = None, *,
+        budget: int = 8, now: int = 0, **kw: object) -> Plan:
+    kw.setdefault("min_probability", 0.1)  # hedges only when likely enough: exact plans
+    inp = PlanInput(batches={b.id: b for b in batches}, entries=entries or {}, probs={},
+                    budget=budget, now_ms=now, mean_build_ms=MEAN, **kw)  # type: ignore[arg-type]
+    return plan(inp)
+
+
+def status_of(p: Plan, head: str, pid: str) -> PathStatus:
+    return next(e.status for e in p.entries[head] if e.id == pid)
+
+
+def test_plan_is_deterministic_and_funds_paths_by_their_stable_ids() -> None:
+    batches = [qb("a"), qb("b", ["a"], t=1)]
+    one, two = run(batches, now=7), run(batches, now=7)
+    assert one == two
+    assert [p.id for p in one.builds] == [
+        SpeculationPath("a", ()).id, path("b", ["a"], [S]).id]
+    for p in one.builds:
+        (e,) = one.entries[p.head]
+        assert (e.id, e.status, e.attempt, e.created_at_ms) == (p.id, PathStatus.PENDING, 1, 7)
+    assert one.decisions == () and one.cancels == () and one.rebuilds == 0
+
+
+def test_refutation_after_success_and_after_failure() -> None:
+    ok, bad = qb("ok", state=BatchState.SUCCEEDED), qb("bad", state=BatchState.FAILED)
+    h = qb("h", ["ok", "bad"], t=2)
+    wrong_ok = pe("h", ["ok", "bad"], [F, F], PathStatus.BUILDING)
+    wrong_bad = pe("h", ["ok", "bad"], [S, S], PathStatus.PENDING)
+    right = pe("h", ["ok", "bad"], [S, F], PathStatus.BUILDING)
+    p = run([ok, bad, h], {"h": [wrong_ok, wrong_bad, right]})
+    assert set(p.cancels) == {wrong_ok.id, wrong_bad.id}
+    assert status_of(p, "h", wrong_ok.id) is PathStatus.CANCELLING  # its build must stop
+    assert status_of(p, "h", wrong_bad.id) is PathStatus.CANCELLED  # never dispatched
+    assert status_of(p, "h", right.id) is PathStatus.BUILDING
+    assert p.builds == () and p.decisions == ()
+
+
+def test_merge_on_a_settled_passed_path_frees_the_siblings_slots() -> None:
+    d = qb("d", state=BatchState.SUCCEEDED)
+    h = qb("h", ["d"], t=1)
+    other = qb("o", t=2)
+    good = pe("h", ["d"], [S], PathStatus.PASSED)
+    hedge = pe("h", ["d"], [F], PathStatus.BUILDING)
+    p = run([d, h, other], {"h": [good, hedge]}, budget=1)
+    assert p.decisions == (Decision("h", "merge", path_id=good.id),)
+    assert status_of(p, "h", good.id) is PathStatus.PASSED  # the merged path stays passed
+    assert p.cancels == (hedge.id,)
+    # the hedge is still cancelling (its build holds the slot): nothing funded yet
+    assert p.builds == ()
+    stopped = [good, replace(hedge, status=PathStatus.CANCELLED)]
+    p = run([d, h, other], {"h": stopped}, budget=1)
+    assert [b.head for b in p.builds] == ["o"]
+
+
+@pytest.mark.parametrize("coverage", [None, CoveragePolicy(min_remaining=0.0)])
+def test_no_merge_on_one_passed_path_that_bet_on_a_live_dependency(
+        coverage: CoveragePolicy | None) -> None:
+    d = qb("d")
+    h = qb("h", ["d"], t=1)
+    live = pe("d", [], [], PathStatus.BUILDING)
+    for bet in (F, S):
+        passed = pe("h", ["d"], [bet], PathStatus.PASSED)
+        p = run([d, h], {"d": [live], "h": [passed]}, coverage=coverage)
+        assert p.decisions == ()
+        assert passed.id not in p.cancels and "h" not in p.dependencies
+
+
+def test_a_passed_path_of_a_waiting_head_is_never_cancelled() -> None:
+    d = qb("d")
+    h = qb("h", ["d"], t=1)
+    passed = pe("h", ["d"], [S], PathStatus.PASSED)
+    p = run([d, h], {"d": [pe("d", [], [], PathStatus.BUILDING)], "h": [passed]},
+            allocator="preempting", budget=1)
+    assert passed.id not in p.cancels and "h" not in p.entries
+
+
+def test_fail_when_every_path_failed_and_feed_it_back_in_the_same_plan() -> None:
+    a = qb("a")
+    h = qb("h", ["a"], t=1)
+    p = run([a, h], {"a": [pe("a", [], [], PathStatus.FAILED)],
+                     "h": [pe("h", ["a"], [F], PathStatus.PASSED)]})
+    # a fails; h's passed path assumed exactly that, so h merges in the same plan
+    assert [(d.head, d.kind) for d in p.decisions] == [("a", "fail"), ("h", "merge")]
+    assert p.decisions[0].reason == NO_PATH_PASSED
+    # nothing funded is not a failure; a live path is not a failure either
+    assert run([a]).decisions == ()
+    assert run([a], {"a": [pe("a", [], [], PathStatus.BUILDING)]}).decisions == ()
+    # a merging dependency resolves nothing
+    m = qb("m", state=BatchState.MERGING)
+    hm = qb("hm", ["m"], t=1)
+    p = run([m, hm], {"hm": [pe("hm", ["m"], [F], PathStatus.FAILED)]})
+    assert p.decisions == ()
+
+
+def test_sticky_keeps_funded_paths_and_preempting_reclaims_them() -> None:
+    d = qb("d")
+    h = qb("h", ["d"], t=1)
+    new = qb("n", t=2)
+    # h hedged on d failing; d's own build has since passed, so the hedge is unlikely
+    hedge = pe("h", ["d"], [F], PathStatus.BUILDING)
+    entries = {"d": [pe("d", [], [], PathStatus.PASSED)],
+               "h": [pe("h", ["d"], [S], PathStatus.BUILDING), hedge]}
+    sticky_plan = run([d, h, new], entries, budget=2)
+    assert sticky_plan.cancels == () and sticky_plan.builds == ()
+    pre = run([d, h, new], entries, budget=2, allocator="preempting")
+    assert pre.cancels == (hedge.id,)
+    freed = {**entries, "h": [entries["h"][0], replace(hedge, status=PathStatus.CANCELLED)]}
+    assert [b.head for b in run([d, h, new], freed, budget=2, allocator="preempting").builds] \
+        == ["n"]
+
+
+def test_a_path_with_a_verdict_is_never_rebuilt_and_a_cancelled_one_gets_a_new_attempt(
+        ) -> None:
+    d = qb("d")
+    h = qb("h", ["d"], t=1)
+    dl = pe("d", [], [], PathStatus.BUILDING)
+    both_failed = [pe("h", ["d"], [S], PathStatus.FAILED), pe("h", ["d"], [F], PathStatus.FAILED)]
+    p = run([d, h], {"d": [dl], "h": both_failed}, budget=10, min_probability=0.0)
+    assert p.builds == () and "h" not in p.entries
+    stopped = pe("h", ["d"], [S], PathStatus.CANCELLED, attempt=2)
+    p = run([d, h], {"d": [dl], "h": [stopped]}, budget=2, now=9)
+    assert [b.id for b in p.builds] == [stopped.id]
+    (again,) = p.entries["h"]
+    assert (again.status, again.attempt, again.updated_at_ms) == (PathStatus.PENDING, 3, 9)
+
+
+def test_min_probability_limits_hedges_but_every_head_gets_its_likely_path() -> None:
+    deps = [f"d{i}" for i in range(6)]
+    batches = [qb(d) for d in deps] + [qb("h", deps, t=1)]
+    building = {d: [pe(d, [], [], PathStatus.BUILDING)] for d in deps}
+    inp = PlanInput(batches={b.id: b for b in batches}, entries=building,
+                    probs=dict.fromkeys(deps, 0.6), budget=20, mean_build_ms=MEAN,
+                    min_probability=0.1, hedge_by_time=False)
+    out = plan(inp)
+    # 0.6**6 < 0.1, yet h's most likely path is funded - and nothing else of h's
+    assert [b.head for b in out.builds] == ["h"]
+    assert out.builds[0].dependencies == tuple((d, S) for d in deps)
+    full = plan(replace(inp, min_probability=0.0))
+    assert len(full.builds) == 20 - len(deps)
+
+
+def test_invariant_checker_rejects_broken_plans() -> None:
+    d, h = qb("d"), qb("h", ["d"], t=1)
+    failed = pe("h", ["d"], [S], PathStatus.FAILED)
+    passed = pe("h", ["d"], [F], PathStatus.PASSED)
+    inp = PlanInput(batches={"d": d, "h": h}, entries={"h": [failed, passed]}, probs={},
+                    budget=1)
+    ok = plan(inp)
+    check(inp, ok, preempted=set())
+    rebuilt = replace(ok, builds=(failed.path,),
+                      entries={"h": (replace(failed, status=PathStatus.PENDING), passed)})
+    cancelled_passed = replace(ok, cancels=(passed.id,),
+                               entries={"h": (failed, replace(passed,
+                                                              status=PathStatus.CANCELLED))})
+    over = PlanInput(batches={"d": d, "h": h},
+                     entries={"d": [pe("d", [], [], PathStatus.BUILDING)]}, probs={}, budget=1)
+    new = path("h", ["d"], [S])
+    over_budget = Plan(decisions=(), entries={"h": (PathEntry(new, PathStatus.PENDING),)},
+                       dependencies={}, builds=(new,), cancels=(), rebuilds=0)
+    not_a_head = Plan(decisions=(), entries={"d": (PathEntry(SpeculationPath("d", ()),
+                                                             PathStatus.PENDING),)},
+                      dependencies={}, builds=(SpeculationPath("d", ()),), cancels=(),
+                      rebuilds=0)
+    merging = {"d": replace(d, state=BatchState.MERGING), "h": h}
+    for bad_inp, bad in ((inp, rebuilt), (inp, cancelled_passed), (over, over_budget),
+                         (replace(over, batches=merging, entries={}), not_a_head)):
+        with pytest.raises(PlanInvariantError):
+            check(bad_inp, bad, preempted=set())
+    with pytest.raises(PlanInvariantError):
+        check(inp, ok, preempted={"x"})  # sticky never preempts
+
+
+# Random snapshots: any queue, any stored statuses, any budget.
+snapshot_st = st.fixed_dictionaries({
+    "states": st.lists(st.sampled_from([BatchState.SPECULATING] * 4 + [
+        BatchState.MERGING, BatchState.SUCCEEDED, BatchState.FAILED, BatchState.CANCELLING]),
+        min_size=1, max_size=6),
+    "edges": st.lists(st.booleans(), min_size=15, max_size=15),
+    "statuses": st.lists(st.sampled_from(list(PathStatus)), max_size=24),
+    "choices": st.lists(st.integers(min_value=0, max_value=63), max_size=24),
+    "probs": st.lists(st.floats(min_value=0.05, max_value=0.95), min_size=6, max_size=6),
+    "budget": st.integers(min_value=0, max_value=8),
+    "allocator": st.sampled_from(["sticky", "preempting"]),
+    "coverage": st.sampled_from([None, CoveragePolicy(min_remaining=0.0),
+                                 CoveragePolicy(complements=True)]),
+    "min_probability": st.sampled_from([0.0, 0.1]),
+    "cover": st.booleans(),  # give the last batch a passed path for every combination
+})
+
+
+def _snapshot(d: dict) -> PlanInput:  # type: ignore[type-arg]
+    ids = [f"b{i}" for i in range(len(d["states"]))]
+    pairs = [(i, j) for j in range(len(ids)) for i in range(j)]
+    batches = {}
+    for j, (bid, state) in enumerate(zip(ids, d["states"], strict=True)):
+        deps = [ids[i] for (i, jj), on in zip(pairs, d["edges"], strict=False)
+                if jj == j and on]
+        batches[bid] = qb(bid, deps, state, t=j)
+    entries: dict[str, list[PathEntry]] = {}
+    seen: set[str] = set()
+    for k, (status, choice) in enumerate(zip(d["statuses"], d["choices"], strict=False)):
+        b = batches[ids[k % len(ids)]]
+        bits = [Assumption.SUCCEEDS if choice >> n & 1 else Assumption.FAILS
+                for n in range(len(b.dependencies))]
+        e = pe(b.id, b.dependencies, bits, status, t=k)
+        if e.id not in seen:
+            seen.add(e.id)
+            entries.setdefault(b.id, []).append(e)
+    last = batches[ids[-1]]
+    if d["cover"] and len(last.dependencies) <= 2:
+        entries[last.id] = [
+            pe(last.id, last.dependencies, combo, PathStatus.PASSED)
+            for combo in itertools.product((S, F), repeat=len(last.dependencies))]
+    return PlanInput(batches=batches, entries=entries,
+                     probs=dict(zip(ids, d["probs"], strict=False)), budget=d["budget"],
+                     allocator=d["allocator"], coverage=d["coverage"], now_ms=30,
+                     mean_build_ms=10.0, min_probability=d["min_probability"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(d=snapshot_st)
+def test_random_snapshots_keep_every_invariant(d: dict) -> None:  # type: ignore[type-arg]
+    inp = _snapshot(d)
+    out = plan(inp)  # plan() checks its invariants itself and raises on a violation
+    before = {e.id: e for es in inp.entries.values() for e in es}
+    after = {**{h: tuple(es) for h, es in inp.entries.items()}, **out.entries}
+    live_before = sum(1 for e in before.values() if e.status.live)
+    live_after = sum(1 for es in after.values() for e in es if e.status.live)
+    if out.builds:
+        assert live_after <= inp.budget
+    assert live_after <= max(inp.budget, live_before)
+    for es in after.values():
+        for e in es:
+            old = before.get(e.id)
+            if old is not None and old.status in (PathStatus.PASSED, PathStatus.FAILED):
+                assert e == old  # verdicts never change, passed paths are never cancelled
+    heads = {b.id for b in inp.batches.values() if b.state is BatchState.SPECULATING}
+    assert {p.head for p in out.builds} <= heads - {x.head for x in out.decisions}
+    if inp.allocator == "sticky":
+        for pid in out.cancels:
+            head = before[pid].path.head
+            b = inp.batches[head]
+            deps = out.dependencies.get(head, b.dependencies)
+            res = {k: core.resolution(v.state) for k, v in inp.batches.items()}
+            res.update({x.head: Resolution.FAILED for x in out.decisions if x.kind == "fail"})
+            valid = tuple(dep for dep, _ in before[pid].path.dependencies) == deps
+            assert head in {x.head for x in out.decisions} or not valid or \
+                core.broken(before[pid].path, res)
+    for x in out.decisions:
+        if x.bypass:  # every overtaken batch now depends on the head and rebuilds with it
+            assert x.path_id in x.covering and len(x.covering) == 2 ** len(x.overtaken)
+            for o in x.overtaken:
+                assert out.dependencies[o][-1] == x.head
+                new = [e for e in out.entries.get(o, ()) if e.id not in before]
+                assert all(e.path.dependencies[-1][0] == x.head for e in new)
+                assert not new or new[0].path.dependencies[-1] == (x.head, S)
+    assert plan(inp) == out  # deterministic

@@ -239,7 +239,7 @@ def entry_wins(entry: RequestLog, summary: RequestSummary) -> bool:
     )
 
 
-async def persist_log(db: Database, entry: RequestLog) -> None:
+async def persist_log(db: Database, entry: RequestLog) -> RequestSummary | None:
     """The materializer: append ``entry`` to the history (once per log id) and fold it
     into the summary if it wins; a lost race reloads and classifies again.
 
@@ -248,6 +248,9 @@ async def persist_log(db: Database, entry: RequestLog) -> None:
     repairs a summary whose write was lost. Raises ``NotFound`` when the request has
     no summary (not retryable), ``ValidationError`` for a malformed entry and
     ``VersionMismatch`` (retryable) if every attempt lost its race.
+
+    Returns the summary as it was before the fold when the entry won (its write is
+    committed), else None — so an observer can tell a status transition from a no-op.
     """
     check_entry(entry)
     for attempt in range(1, PERSIST_ATTEMPTS + 1):
@@ -261,10 +264,12 @@ async def persist_log(db: Database, entry: RequestLog) -> None:
                     raise NotFound(
                         f"request {entry.request_id!r} does not exist in queue {entry.queue!r}"
                     )
-                if entry_wins(entry, summary):
+                won = entry_wins(entry, summary)
+                if won:
                     await update_summary_status(session, summary=summary, entry=entry)
-            return
+            return summary if won else None
         except VersionMismatch:
             if attempt == PERSIST_ATTEMPTS:
                 raise
             await asyncio.sleep(random.uniform(0, 0.002 * attempt))
+    raise AssertionError("unreachable: the last attempt returns or raises")

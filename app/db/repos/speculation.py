@@ -15,6 +15,7 @@ from app.db.tables import path_builds as pbt
 from app.db.tables import path_sets as pst
 from app.domain.entities import Build, PathSet
 from app.domain.errors import NotFound, VersionMismatch
+from app.domain.states import BuildStatus
 
 
 async def path_sets(
@@ -103,3 +104,14 @@ async def links(session: AsyncSession, *, queue: str,
     rows = await session.execute(sa.select(pbt).where(
         pbt.c.queue == queue, pbt.c.path_id.in_(path_ids)))
     return {(r.path_id, r.attempt): r.build_id for r in rows if (r.path_id, r.attempt) in wanted}
+
+
+async def recent_finished_builds(session: AsyncSession, *, queue: str,
+                                 limit: int = 200) -> list[Build]:
+    """The queue's latest builds that ended with a verdict (passed or failed), newest first."""
+    rows = await session.execute(
+        sa.select(bt).where(bt.c.queue == queue,
+                            bt.c.status.in_([BuildStatus.SUCCEEDED.value,
+                                             BuildStatus.FAILED.value]))
+        .order_by(bt.c.updated_at_ms.desc()).limit(limit))
+    return [build_from_row(r) for r in rows]

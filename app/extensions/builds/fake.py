@@ -1,8 +1,8 @@
 """A build runner that builds nothing: the outcome is decided at trigger time.
 
 Stateless across restarts: the build id carries all there is to know,
-``fake-<12 hex>-<finish_at_ms>-<outcome>`` with outcome ``succeeded``, ``failed`` or
-``error``. Any process (a restarted worker too) reads the status from the id and the
+``fake-<12 hex>-<finish_at_ms>-<outcome>`` with outcome ``succeeded``, ``failed``,
+``error`` or ``lost``. Any process (a restarted worker too) reads the status from the id and the
 wall clock. Only cancellations live in memory (a set per runner): after a restart a
 cancelled, unfinished build reports RUNNING and then its outcome, which a fake may.
 
@@ -13,6 +13,7 @@ Tokens (``sq-fake=<token>``), read from every change of the request, base and he
 | ``trigger-error`` | ``trigger`` raises ``ConnectionError`` (retryable infrastructure error) |
 | ``build-error`` | ``status`` raises ``ConnectionError`` (the queue retries, then dead-letters) |
 | ``build-fail`` | the build finishes FAILED |
+| ``build-lost`` | a path's first attempt ends ERRORED (as if its runner died); later ones go on |
 
 Precedence: ``trigger-error`` > ``build-error`` > ``build-fail``. The build takes the
 runner's ``delay_ms``, or the largest ``sq-build-ms=<n>`` among the head changes.
@@ -35,9 +36,10 @@ from app.extensions.base import BuildReport, BuildRequest
 TRIGGER_ERROR = "trigger-error"
 BUILD_ERROR = "build-error"
 BUILD_FAIL = "build-fail"
+BUILD_LOST = "build-lost"
 
 _ID = re.compile(r"^fake-(?P<nonce>[0-9a-f]{12})-(?P<finish>[0-9]{1,16})-"
-                 r"(?P<outcome>succeeded|failed|error)$")
+                 r"(?P<outcome>succeeded|failed|error|lost)$")
 
 
 class UnknownBuild(ValueError):
@@ -54,7 +56,7 @@ def wall_clock_ms() -> int:
 class FakeBuildId:
     nonce: str
     finish_at_ms: int
-    outcome: str  # succeeded | failed | error
+    outcome: str  # succeeded | failed | error | lost
 
     def __str__(self) -> str:
         return f"fake-{self.nonce}-{self.finish_at_ms}-{self.outcome}"
@@ -65,7 +67,7 @@ class FakeBuildId:
         if m is None:
             raise UnknownBuild(
                 f"unknown build id {build_id!r}: a fake build id looks like "
-                "fake-<12 hex>-<finish_at_ms>-<succeeded|failed|error>"
+                "fake-<12 hex>-<finish_at_ms>-<succeeded|failed|error|lost>"
             )
         return cls(m["nonce"], int(m["finish"]), m["outcome"])
 
@@ -86,6 +88,8 @@ class FakeBuildRunner:
             raise ConnectionError("fake build service refused the trigger")
         if BUILD_ERROR in tokens:
             outcome = "error"
+        elif BUILD_LOST in tokens and request.attempt == 1:
+            outcome = "lost"
         elif BUILD_FAIL in tokens:
             outcome = "failed"
         else:
@@ -103,6 +107,8 @@ class FakeBuildRunner:
             raise ConnectionError(f"fake build service lost build {build_id} ({BUILD_ERROR})")
         if self.clock() < bid.finish_at_ms:
             return BuildReport(BuildStatus.RUNNING)
+        if bid.outcome == "lost":
+            return BuildReport(BuildStatus.ERRORED, detail=f"fake build lost ({BUILD_LOST})")
         if bid.outcome == "failed":
             return BuildReport(
                 BuildStatus.FAILED, detail=f"fake build failed: a change carries {BUILD_FAIL}"

@@ -35,6 +35,15 @@ from pathlib import Path
 
 from app.domain.states import LandStrategy
 from app.extensions.base import ChangeRejected, MergeOutcome, MergeSpec, MergeStep
+from app.extensions.gitapply import (
+    Conflict,
+    cherry_pick,
+    git_or_conflict,
+    head,
+    is_ancestor,
+    squash_commit_of,
+    worktree,
+)
 from app.extensions.gitutil import (
     DEFAULT_TIMEOUT,
     GitChange,
@@ -47,13 +56,6 @@ from app.extensions.gitutil import (
 )
 
 MAX_PUSH_ATTEMPTS = 5
-
-
-class _Conflict(Exception):
-    def __init__(self, change: GitChange, paths: tuple[str, ...]) -> None:
-        super().__init__(change.uri)
-        self.change = change
-        self.paths = paths
 
 
 class _Refused(Exception):
@@ -129,7 +131,7 @@ class GitMerger:
                     await mirror.pin(change.sha)
                 try:
                     applied = await self._apply(mirror, tip, steps)
-                except _Conflict as exc:
+                except Conflict as exc:
                     paths = ", ".join(exc.paths) or "(unknown paths)"
                     return MergeOutcome(
                         succeeded=False,
@@ -173,10 +175,7 @@ class GitMerger:
         if scratch.exists():  # left behind by a crash: we hold the lock, nobody uses them
             shutil.rmtree(scratch, ignore_errors=True)
             await mirror.git("worktree", "prune", check=False)
-        wt = scratch / uuid.uuid4().hex
-        scratch.mkdir(parents=True, exist_ok=True)
-        await mirror.git("worktree", "add", "--detach", "--quiet", str(wt), tip)
-        try:
+        async with worktree(mirror, scratch / uuid.uuid4().hex, tip) as wt:
             outputs: list[str] = []
             for step, changes in steps:
                 if step.strategy is LandStrategy.FAST_FORWARD and (
@@ -191,12 +190,7 @@ class GitMerger:
                 for change in changes:
                     outputs.append(await self._apply_change(mirror, wt, step, change, previous))
                     previous = change.sha
-            head = await _head(mirror, wt)
-            return _Applied(tip=head, outputs=tuple(outputs))
-        finally:
-            await mirror.git("worktree", "remove", "--force", str(wt), check=False)
-            shutil.rmtree(wt, ignore_errors=True)
-            await mirror.git("worktree", "prune", check=False)
+            return _Applied(tip=await head(mirror, wt), outputs=tuple(outputs))
 
     async def _apply_change(
         self, mirror: GitMirror, wt: Path, step: MergeStep, change: GitChange,
@@ -204,22 +198,22 @@ class GitMerger:
     ) -> str:
         strategy = step.strategy
         if strategy is LandStrategy.REBASE:
-            await _rebase(mirror, wt, change, previous)
+            await cherry_pick(mirror, wt, change, previous)
         elif strategy is LandStrategy.SQUASH_REBASE:
             found = await _squash(mirror, wt, step, change)
             if found:
                 return found
         elif strategy is LandStrategy.MERGE:
-            if not await _is_ancestor(mirror, wt, change.sha, "HEAD"):
-                await _git_or_conflict(
+            if not await is_ancestor(mirror, wt, change.sha, "HEAD"):
+                await git_or_conflict(
                     mirror, wt, change,
                     "merge", "--no-ff", "--no-edit", "--no-verify",
                     "-m", f"Merge {change.ref} ({step.step_id})\n\nSource-Ref: {change.ref}",
                     change.sha,
                 )
         elif strategy is LandStrategy.FAST_FORWARD:
-            if not await _is_ancestor(mirror, wt, change.sha, "HEAD"):
-                if not await _is_ancestor(mirror, wt, "HEAD", change.sha):
+            if not await is_ancestor(mirror, wt, change.sha, "HEAD"):
+                if not await is_ancestor(mirror, wt, "HEAD", change.sha):
                     raise _Refused(
                         f"cannot fast-forward: {change.sha} ({change.ref}) does not descend "
                         "from the target tip; rebase it or use another strategy"
@@ -228,71 +222,16 @@ class GitMerger:
             return change.sha
         else:  # pragma: no cover - exhaustive over LandStrategy
             raise _Refused(f"unknown strategy {strategy!r}")
-        return await _head(mirror, wt)
-
-
-async def _head(mirror: GitMirror, wt: Path) -> str:
-    return (await mirror.git("rev-parse", "--verify", "HEAD", cwd=wt)).stdout.strip()
-
-
-async def _is_ancestor(mirror: GitMirror, wt: Path, a: str, b: str) -> bool:
-    res = await mirror.git("merge-base", "--is-ancestor", a, b, cwd=wt, check=False)
-    if res.returncode not in (0, 1):
-        raise GitError(["merge-base", "--is-ancestor", a, b], res.returncode, res.stderr)
-    return res.returncode == 0
-
-
-async def _conflicts(mirror: GitMirror, wt: Path) -> tuple[str, ...]:
-    res = await mirror.git("diff", "--name-only", "-z", "--diff-filter=U", cwd=wt)
-    return tuple(p for p in res.stdout.split("\x00") if p)
-
-
-async def _git_or_conflict(
-    mirror: GitMirror, wt: Path, change: GitChange, *args: str
-) -> None:
-    """Run a git command that may stop on a conflict; a conflict raises ``_Conflict``."""
-    res = await mirror.git(*args, cwd=wt, check=False)
-    if res.returncode == 0:
-        return
-    paths = await _conflicts(mirror, wt)
-    if paths:
-        raise _Conflict(change, paths)
-    raise GitError(list(args), res.returncode, res.stderr + res.stdout)
-
-
-async def _rebase(mirror: GitMirror, wt: Path, change: GitChange, previous: str | None) -> None:
-    args = ["cherry", "HEAD", change.sha]
-    if previous is not None and await _is_ancestor(mirror, wt, previous, change.sha):
-        args.append(previous)
-    listing = await mirror.git(*args, cwd=wt)
-    todo = [line[2:].strip() for line in listing.stdout.splitlines() if line.startswith("+ ")]
-    for commit in todo:
-        parents = (await mirror.git("rev-list", "--parents", "-n1", commit, cwd=wt)).stdout.split()
-        mainline = ["-m", "1"] if len(parents) > 2 else []
-        res = await mirror.git(
-            "cherry-pick", "--allow-empty", *mainline, commit, cwd=wt, check=False
-        )
-        if res.returncode == 0:
-            continue
-        paths = await _conflicts(mirror, wt)
-        if paths:
-            raise _Conflict(change, paths)
-        staged = await mirror.git("diff", "--cached", "--quiet", cwd=wt, check=False)
-        if staged.returncode == 0:  # became empty: its change is already there
-            await mirror.git("cherry-pick", "--skip", cwd=wt)
-            continue
-        raise GitError(["cherry-pick", commit], res.returncode, res.stderr + res.stdout)
+        return await head(mirror, wt)
 
 
 async def _squash(mirror: GitMirror, wt: Path, step: MergeStep, change: GitChange) -> str:
     """Squash the change onto HEAD; returns the target commit if it already landed."""
     trailer = f"Source-Commit: {change.sha}"
-    found = await mirror.git(
-        "log", "-n1", "--format=%H", "--fixed-strings", f"--grep={trailer}", "HEAD", cwd=wt
-    )
-    if found.stdout.strip():
-        return found.stdout.strip()
-    await _git_or_conflict(mirror, wt, change, "merge", "--squash", "--quiet", change.sha)
+    found = await squash_commit_of(mirror, wt, change)
+    if found:
+        return found
+    await git_or_conflict(mirror, wt, change, "merge", "--squash", "--quiet", change.sha)
     staged = await mirror.git("diff", "--cached", "--quiet", cwd=wt, check=False)
     if staged.returncode == 0:  # no net change
         return ""

@@ -1,0 +1,303 @@
+"""The client-side commands of ``submitqueue``: ``land``, ``status``, ``list``, ``watch``
+and ``demo``. They talk to any gateway over its REST API (``app/client.py``).
+
+Common options: ``--url`` (env ``SQ_URL``, default http://127.0.0.1:8000); the token in
+``SQ_TOKEN``, if set, is sent as ``Authorization: Bearer``. Exit status: 0 success;
+1 the server refused (4xx, its message is printed) or, for ``watch``/``demo``, not
+every request ended as wanted; 2 usage errors, an unreachable server or a 5xx.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import asdict
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from app.client import (
+    DEFAULT_URL,
+    IN_FLIGHT,
+    TERMINAL,
+    ClientError,
+    GatewayClient,
+    HistoryEntry,
+    RequestSummary,
+    split_sqid,
+)
+from app.demo import DemoOptions, run_demo
+from app.demo_table import LiveTable, Row, Watcher
+from app.domain.change_uri import parse_change_uri
+from app.domain.errors import ValidationError
+from app.domain.states import LandStrategy, PublicStatus
+
+Url = Annotated[str, typer.Option("--url", envvar="SQ_URL",
+                                  help="The SubmitQueue server (env SQ_URL).")]
+Json = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+QueueOpt = Annotated[str | None, typer.Option(
+    "--queue", "-q", envvar="SQ_QUEUE",
+    help="Merge queue (env SQ_QUEUE; default: the server's only queue, if it has one).")]
+_DURATION = re.compile(r"^(\d+)([smhdw])$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def _client(url: str) -> GatewayClient:
+    return GatewayClient(url, token=os.environ.get("SQ_TOKEN") or None)
+
+
+def _run(work: Callable[[], Coroutine[Any, Any, int]]) -> None:
+    """Run ``work`` in a fresh event loop and exit with its status (or the error's)."""
+    try:
+        code = asyncio.run(work())
+    except ClientError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(exc.exit_code) from None
+    except KeyboardInterrupt:
+        typer.echo("interrupted (requests already submitted stay in the queue)", err=True)
+        raise typer.Exit(130) from None
+    raise typer.Exit(code)
+
+
+async def _queue(client: GatewayClient, queue: str | None) -> str:
+    if queue:
+        return queue
+    names = [q.name for q in await client.queues()]
+    if len(names) == 1:
+        return names[0]
+    raise typer.BadParameter(f"the server has several queues ({', '.join(names)}); "
+                             "pass --queue (or set SQ_QUEUE)", param_hint="--queue")
+
+
+def short_change(uri: str) -> str:
+    """A change as a person names it: the branch of a git change, else the URI."""
+    try:
+        change = parse_change_uri(uri)
+    except ValidationError:
+        return uri
+    if change.scheme == "git" and change.ref:
+        return change.ref.removeprefix("refs/heads/")
+    return uri.partition("?")[0]
+
+
+def parse_since(text: str, now_ms: int) -> int:
+    """``30m``, ``2h``, ``1d``, ``1w`` ago, or an ISO date/time (local time unless it
+    says otherwise), as epoch milliseconds."""
+    m = _DURATION.match(text.strip())
+    if m:
+        return now_ms - int(m.group(1)) * _UNITS[m.group(2)] * 1000
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise typer.BadParameter(
+            f"{text!r} is neither a duration (30s, 10m, 2h, 1d, 1w) nor an ISO date or time "
+            "(2025-01-31, 2025-01-31T09:30, 2025-01-31T09:30+00:00)", param_hint="--since",
+        ) from None
+    return int(when.timestamp() * 1000)
+
+
+def _when(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _meta(metadata: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in metadata.items() if v not in ("", None))
+
+
+def land(
+    uris: Annotated[list[str], typer.Argument(help="Change URIs, bottom of the stack first.")],
+    queue: QueueOpt = None,
+    strategy: Annotated[LandStrategy | None, typer.Option(
+        help="How to land (default: the queue's).")] = None,
+    url: Url = DEFAULT_URL, as_json: Json = False,
+) -> None:
+    """Submit changes to land as one request; prints its id (<queue>/<n>)."""
+    async def work() -> int:
+        async with _client(url) as client:
+            name = await _queue(client, queue)
+            sqid = await client.land(name, uris, strategy.value if strategy else None)
+        typer.echo(json.dumps({"sqid": sqid, "queue": name}) if as_json else sqid)
+        return 0
+    _run(work)
+
+
+def _sqid(sqid: str) -> str:
+    try:
+        split_sqid(sqid)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="SQID") from None
+    return sqid
+
+
+def _print_status(summary: RequestSummary, history: list[HistoryEntry]) -> None:
+    typer.echo(f"{summary.sqid}  {summary.status}")
+    typer.echo(f"  received  {_when(summary.received_at_ms)}")
+    for uri in summary.change_uris:
+        typer.echo(f"  change    {uri}")
+    if summary.last_error:
+        typer.echo(f"  error     {summary.last_error}")
+    if summary.metadata:
+        typer.echo(f"  metadata  {_meta(summary.metadata)}")
+    typer.echo("history:")
+    for e in history:
+        offset = (e.timestamp_ms - summary.received_at_ms) / 1000
+        error = f"  error: {e.last_error}" if e.last_error else ""
+        typer.echo(f"  {offset:+9.3f}s  {e.type:6} {e.name:12} {_meta(e.metadata)}{error}"
+                   .rstrip())
+
+
+def status(
+    sqid: Annotated[str, typer.Argument(help="A request id, <queue>/<n>.", callback=_sqid)],
+    url: Url = DEFAULT_URL, as_json: Json = False,
+) -> None:
+    """Show one request: its status, changes, last error and full history."""
+    async def work() -> int:
+        async with _client(url) as client:
+            summary = await client.summary(sqid)
+            history = await client.history(sqid)
+        if as_json:
+            typer.echo(json.dumps({"summary": asdict(summary),
+                                   "history": [asdict(e) for e in history]}, indent=2))
+        else:
+            _print_status(summary, history)
+        return 0
+    _run(work)
+
+
+def list_requests(
+    queue: QueueOpt = None,
+    since: Annotated[str | None, typer.Option(
+        help="Received at or after: a duration ago (30m, 2h, 1d) or an ISO date/time.")] = None,
+    status_: Annotated[PublicStatus | None, typer.Option(
+        "--status", help="Only requests in this status.")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=10_000,
+                                       help="At most this many, newest first.")] = 50,
+    url: Url = DEFAULT_URL, as_json: Json = False,
+) -> None:
+    """List a queue's requests, newest first."""
+    since_ms = parse_since(since, int(time.time() * 1000)) if since else None
+
+    async def work() -> int:
+        async with _client(url) as client:
+            name = await _queue(client, queue)
+            items = [r async for r in client.iter_requests(
+                name, since_ms=max(since_ms, 0) if since_ms is not None else None,
+                status=status_.value if status_ else None, max_items=limit + 1)]
+        more, items = len(items) > limit, items[:limit]
+        if as_json:
+            typer.echo(json.dumps([asdict(r) for r in items], indent=2))
+            return 0
+        typer.echo(f"{'REQUEST':14} {'STATUS':11} {'RECEIVED':19}  CHANGES")
+        for r in items:
+            first = short_change(r.change_uris[0]) if r.change_uris else "-"
+            extra = f" (+{len(r.change_uris) - 1})" if len(r.change_uris) > 1 else ""
+            error = f"  {r.last_error[:70]}" if r.last_error else ""
+            typer.echo(f"{r.sqid:14} {r.status:11} {_when(r.received_at_ms)}  "
+                       f"{first}{extra}{error}")
+        if not items:
+            typer.echo(f"(no requests on {name} match)")
+        if more:
+            typer.echo(f"(only the newest {limit} shown; raise --limit for more)")
+        return 0
+    _run(work)
+
+
+async def _in_flight(client: GatewayClient, queue: str) -> list[RequestSummary]:
+    found: dict[str, RequestSummary] = {}
+    for st in IN_FLIGHT:
+        async for r in client.iter_requests(queue, status=st):
+            found[r.sqid] = r
+    return sorted(found.values(), key=lambda r: (r.received_at_ms, r.sqid))
+
+
+def watch(
+    sqids: Annotated[list[str] | None, typer.Argument(
+        help="Request ids to follow (default: every request of --queue in flight).")] = None,
+    queue: QueueOpt = None,
+    timeout: Annotated[float, typer.Option(
+        min=0, help="Give up after this many seconds (0 = never).")] = 0,
+    poll: Annotated[float, typer.Option(min=0.1, help="Seconds between polls.")] = 0.5,
+    url: Url = DEFAULT_URL,
+) -> None:
+    """Follow requests live until they settle; exit 0 if all landed, else 1."""
+    for s in sqids or []:
+        _sqid(s)
+
+    async def work() -> int:
+        async with _client(url) as client:
+            if sqids:
+                summaries = [await client.summary(s) for s in dict.fromkeys(sqids)]
+            else:
+                name = await _queue(client, queue)
+                summaries = await _in_flight(client, name)
+                if not summaries:
+                    typer.echo(f"nothing in flight on {name}")
+                    return 0
+            watcher = Watcher(client, LiveTable(sys.stdout), poll_s=poll)
+            for s in summaries:
+                label = short_change(s.change_uris[0]) if s.change_uris else "-"
+                if len(s.change_uris) > 1:
+                    label += f" (+{len(s.change_uris) - 1})"
+                watcher.add(Row(sqid=s.sqid, changes=label))
+            deadline = time.monotonic() + timeout if timeout else None
+            settled = await watcher.run(deadline=deadline)
+            rows = list(watcher.rows.values())
+            watcher.table.final(rows)
+            if not settled:
+                typer.echo(f"timed out after {timeout:g} s; not settled: "
+                           + ", ".join(f"{r.sqid} ({r.status})" for r in watcher.unsettled))
+                return 1
+            landed = sum(r.status == "landed" for r in rows)
+            typer.echo(f"{landed} of {len(rows)} landed" + "".join(
+                f"\n  {r.sqid} {r.status}: {r.last_error}" for r in rows
+                if r.status in TERMINAL and r.status != "landed"))
+            return 0 if landed == len(rows) else 1
+    _run(work)
+
+
+def demo(
+    count: Annotated[int, typer.Option(min=1, max=500, help="How many changes.")] = 8,
+    folders: Annotated[int, typer.Option(min=1, max=99,
+                                         help="Spread over demo/01 .. demo/<F>.")] = 3,
+    fail: Annotated[int, typer.Option(min=0, help="How many changes break the test.")] = 0,
+    stacked: Annotated[bool, typer.Option(
+        help="Chain the changes and land them as one request.")] = False,
+    seed: Annotated[int | None, typer.Option(
+        help="Chooses the broken changes (default: random, printed).")] = None,
+    files: Annotated[int, typer.Option(min=1, max=20, help="New files per change.")] = 2,
+    queue: Annotated[str, typer.Option("--queue", "-q", help="A git queue.")] = "sandbox",
+    queues_file: Annotated[Path | None, typer.Option(
+        help="The queues file the server uses (default: SQ_QUEUES_FILE).")] = None,
+    strategy: Annotated[LandStrategy | None, typer.Option(
+        help="How to land (default: the queue's).")] = None,
+    timeout: Annotated[float, typer.Option(min=1, help="Seconds until all settle.")] = 300,
+    url: Url = DEFAULT_URL,
+) -> None:
+    """Push changes to a git queue's sandbox repository, land them, and watch them live.
+
+    Exit 0 only if every good change landed and every broken one ended `error`."""
+    if fail > count:
+        raise typer.BadParameter(f"--fail {fail} is more than --count {count}",
+                                 param_hint="--fail")
+    opts = DemoOptions(
+        url=url, token=os.environ.get("SQ_TOKEN") or None, queue=queue, count=count,
+        folders=folders, fail=fail, stacked=stacked, seed=seed, timeout_s=timeout,
+        queues_file=queues_file, strategy=strategy.value if strategy else None,
+        files_per_change=files)
+    _run(lambda: run_demo(opts, sys.stdout))
+
+
+def register(cli: typer.Typer) -> None:
+    """Add the client commands to the ``submitqueue`` app."""
+    cli.command()(land)
+    cli.command()(status)
+    cli.command("list")(list_requests)
+    cli.command()(watch)
+    cli.command()(demo)

@@ -1,0 +1,350 @@
+"""A build runner that builds the speculative tree and runs the queue's command in it.
+
+Per build: wait for one of ``max_parallel`` slots (the build is ``accepted`` meanwhile),
+go ``running``, make the tree (``tree.py``: target tip, then the base changes, then
+the head's, in a worktree under ``<work_dir>/builds/trees/<build id>``), run the
+configured argv there (``process.py``: no shell, a fixed environment, a timeout, the
+whole process group killed at the end), store the verdict, remove the tree.
+
+The command sees ``SQ_QUEUE``, ``SQ_BUILD_ID``, ``SQ_BATCH_ID``, ``SQ_PATH_ID``,
+``SQ_ATTEMPT``, ``SQ_BASE`` (the target tip the tree started from) and ``SQ_HEAD``
+(the tree's HEAD), plus ``PATH``, ``HOME``/``TMPDIR`` (a scratch directory),
+``LANG=C.UTF-8``; nothing else of the server's environment.
+
+| What happened | Status | Detail / log |
+|---|---|---|
+| exit 0 | ``succeeded`` | ``command exited 0 ...`` |
+| exit != 0, killed, or could not start | ``failed`` | exit code or reason |
+| ``timeout_s`` passed | ``failed`` | ``timed out after Ns`` (group SIGTERM, then SIGKILL) |
+| the changes conflict with each other or the target, a URI is unusable, a commit is stale | ``failed`` | the reason, naming the change and the conflicting paths |
+| git failed otherwise (network, disk) | ``errored`` | ``could not prepare the tree: ...`` |
+| ``cancel()`` | ``cancelled`` | while waiting or running (group SIGTERM, then SIGKILL) |
+| the server stopped while it ran | ``errored`` | ``interrupted: ...`` (at ``stop()``) |
+| its runner process died | ``errored`` | ``lost: ...`` (see below) |
+
+State is kept in a ``BuildStore`` so that any process can answer ``status()``: the
+runner writes each transition and, every ``heartbeat_ms``, a heartbeat for its
+unfinished runs and their logs so far (the last MiB). ``status()`` of a run this
+instance does not hold in memory reads the store, and an unfinished run whose
+owner's heartbeat is older than ``lost_after_ms`` is marked ``errored`` (lost) there
+and then. At ``start()`` the runner takes an exclusive ``flock`` on
+``<builds>/.lock``: holding it proves every earlier instance on this host and build
+directory is dead, so their unfinished runs are marked lost at once (and a command
+they left running is killed, if ``/proc`` shows it is still that build), and their
+leftover trees removed. An instance that cannot take the lock (another live process
+uses the same directory) runs its builds in a directory of its own and relies on the
+heartbeat rule alone. ``cancel()`` of a run held by another process is recorded in the
+store; its owner stops it at its next heartbeat.
+"""  # noqa: E501 - tables read best unwrapped
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import shutil
+import socket
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from app.domain.build_run import BuildRun
+from app.domain.errors import NotFound
+from app.domain.states import BuildStatus
+from app.extensions.base import BuildReport, BuildRequest, BuildStore
+from app.extensions.builds.process import (
+    LogBuffer,
+    Outcome,
+    build_env,
+    command_argv,
+    kill_group,
+    kill_orphan,
+    run_command,
+)
+from app.extensions.builds.tree import TreeRefused, speculative_tree
+from app.extensions.gitutil import DEFAULT_TIMEOUT, GitMirror, mirror_name, repo_url
+
+log = logging.getLogger("submitqueue.builds")
+
+HEARTBEAT_MS = 2000
+LOST_AFTER_HEARTBEATS = 5
+KILL_GRACE_S = 5.0
+LOST_DETAIL = "lost: the process running it stopped"
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def log_url(build_id: str) -> str:
+    return f"/api/v1/builds/{build_id}/log"
+
+
+@dataclass
+class _Live:
+    request: BuildRequest
+    log: LogBuffer
+    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+    pid: int | None = None
+    phase: str = "waiting for a build slot"
+    stopping: str = ""  # why the runner stops it ("" = not stopping)
+
+
+class CommandBuildRunner:
+    def __init__(
+        self,
+        *,
+        queue: str,
+        command: Sequence[str],
+        repos: Mapping[str, str],
+        target_branch: str,
+        work_dir: Path,
+        store: BuildStore,
+        timeout_s: float = 600.0,
+        max_parallel: int = 2,
+        heartbeat_ms: int = HEARTBEAT_MS,
+        lost_after_ms: int | None = None,
+        kill_grace_s: float = KILL_GRACE_S,
+        git_timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
+        if not command:
+            raise ValueError("the build command must name a program")
+        if max_parallel < 1 or timeout_s <= 0 or heartbeat_ms <= 0:
+            raise ValueError("max_parallel >= 1, timeout_s > 0 and heartbeat_ms > 0 needed")
+        self.queue = queue
+        self.command = tuple(command)
+        self.repos = dict(repos)
+        self.target_branch = target_branch
+        self.root = Path(work_dir)
+        self.store = store
+        self.timeout_s = timeout_s
+        self.max_parallel = max_parallel
+        self.heartbeat_ms = heartbeat_ms
+        self.lost_after_ms = lost_after_ms or heartbeat_ms * LOST_AFTER_HEARTBEATS
+        self.kill_grace_s = kill_grace_s
+        self.git_timeout = git_timeout
+        self.clock = wall_clock_ms
+        host = socket.gethostname()
+        self.owner = f"{host}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+        self.owner_group = f"{host}:{self.root.resolve()}"
+        self.trees = self.root / "trees"
+        self._slots = asyncio.Semaphore(max_parallel)
+        self._live: dict[str, _Live] = {}
+        self._lock_fd: int | None = None
+        self._heartbeat: asyncio.Task[None] | None = None
+
+    # -- lifecycle -------------------------------------------------------------
+    async def start(self) -> None:
+        """Take the directory lock (sweeping what dead instances left), start the heartbeat."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = _try_lock(self.root / ".lock")
+        if self._lock_fd is not None:
+            await self._sweep()
+        else:
+            private = uuid.uuid4().hex[:12]
+            self.owner_group = f"{self.owner_group}#{private}"
+            self.trees = self.root / f"trees-{private}"
+            log.warning("another process uses build directory %s; this one builds in %s and "
+                        "relies on heartbeats to detect lost builds", self.root, self.trees)
+        self._heartbeat = asyncio.create_task(self._beat(), name=f"sq-build-heartbeat-{self.queue}")
+
+    async def stop(self) -> None:
+        """Stop every build of this instance (``errored``: interrupted) and the heartbeat."""
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._heartbeat
+            self._heartbeat = None
+        tasks = []
+        for live in self._live.values():
+            live.stopping = "interrupted: the server stopped while it ran"
+            if live.task is not None:
+                live.task.cancel()
+                tasks.append(live.task)
+        if tasks:
+            await asyncio.wait(tasks, timeout=self.kill_grace_s + 10)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    async def _sweep(self) -> None:
+        """Runs of dead instances of this group: mark lost, kill leftovers, remove trees."""
+        for run in await self.store.unfinished(self.owner_group):
+            if run.owner == self.owner:
+                continue
+            killed = run.pid is not None and kill_orphan(run.pid, run.id)
+            detail = f"{LOST_DETAIL} (found when the runner restarted" + (
+                f"; its command, pid {run.pid}, was still running and was killed)"
+                if killed else ")")
+            text = (await self.store.get_log(run.id) or "") + f"[sq] errored: {detail}\n"
+            await self.store.set_log(run.id, text)
+            await self.store.update(run.id, now_ms=self.clock(), status=BuildStatus.ERRORED,
+                                    detail=detail)
+            log.warning("build %s was lost by a previous instance: %s", run.id, detail)
+        shutil.rmtree(self.trees, ignore_errors=True)  # trees and scratch homes
+        mirrors = self.root / "mirrors"
+        if mirrors.is_dir():
+            for path in mirrors.iterdir():
+                if (path / "HEAD").exists():
+                    await self._mirror_at(path).git("worktree", "prune", check=False)
+
+    async def _beat(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_ms / 1000)
+            if not self._live:
+                continue
+            try:
+                to_stop = await self.store.heartbeat(self.owner, self.clock(), list(self._live))
+                for build_id in to_stop:
+                    live = self._live.get(build_id)
+                    if live is not None:
+                        live.cancelled.set()
+                for build_id, live in list(self._live.items()):
+                    await self._flush(build_id, live)
+            except Exception:
+                log.warning("build heartbeat failed; retrying", exc_info=True)
+
+    # -- the BuildRunner protocol ----------------------------------------------
+    async def trigger(self, request: BuildRequest) -> str:
+        build_id = f"cmd-{uuid.uuid4().hex}"
+        now = self.clock()
+        await self.store.create(BuildRun(
+            id=build_id, queue=request.queue, runner="command", batch_id=request.batch_id,
+            path_id=request.path_id, attempt=request.attempt, status=BuildStatus.ACCEPTED,
+            owner=self.owner, owner_group=self.owner_group, log_url=log_url(build_id),
+            heartbeat_ms=now, created_at_ms=now, updated_at_ms=now))
+        live = _Live(request=request, log=LogBuffer())
+        live.log.line(f"build {build_id}: batch {request.batch_id}, path {request.path_id}, "
+                      f"attempt {request.attempt}; waiting for a build slot "
+                      f"({self.max_parallel} at a time)")
+        self._live[build_id] = live
+        live.task = asyncio.create_task(self._run(build_id, live), name=f"sq-build-{build_id}")
+        return build_id
+
+    async def status(self, build_id: str) -> BuildReport:
+        run = await self.store.get(build_id)
+        if run is None:
+            raise NotFound(f"build {build_id!r} is unknown to the command runner of queue "
+                           f"{self.queue!r}")
+        if not run.status.terminal and build_id not in self._live and (
+            run.owner == self.owner or self.clock() - run.heartbeat_ms > self.lost_after_ms
+        ):
+            silent = (self.clock() - run.heartbeat_ms) / 1000
+            detail = f"{LOST_DETAIL} (no heartbeat for {silent:.0f}s)"
+            run = await self.store.update(build_id, now_ms=self.clock(),
+                                          status=BuildStatus.ERRORED, detail=detail) or run
+        return BuildReport(run.status, log_url=run.log_url, detail=run.detail)
+
+    async def cancel(self, build_id: str) -> None:
+        live = self._live.get(build_id)
+        if live is not None:
+            live.cancelled.set()
+            return
+        await self.store.request_cancel(build_id)
+
+    # -- one build -------------------------------------------------------------
+    async def _run(self, build_id: str, live: _Live) -> None:
+        outcome = Outcome(BuildStatus.ERRORED, "the build ended without a verdict")
+        try:
+            outcome = await self._build(build_id, live)
+        except asyncio.CancelledError:
+            if live.pid is not None:
+                kill_group(live.pid)
+            outcome = Outcome(BuildStatus.ERRORED, live.stopping or "interrupted")
+        except TreeRefused as exc:
+            outcome = Outcome(BuildStatus.FAILED, str(exc))
+        except Exception as exc:
+            outcome = Outcome(BuildStatus.ERRORED, f"infrastructure failure while {live.phase}: "
+                                                   f"{type(exc).__name__}: {exc}")
+            log.warning("build %s errored", build_id, exc_info=True)
+        finally:
+            try:
+                await self._finish(build_id, live, outcome)
+            finally:
+                self._live.pop(build_id, None)
+                shutil.rmtree(self._home(build_id), ignore_errors=True)
+
+    async def _build(self, build_id: str, live: _Live) -> Outcome:
+        waiting = asyncio.create_task(self._slots.acquire())
+        cancelled = asyncio.create_task(live.cancelled.wait())
+        try:
+            await asyncio.wait({waiting, cancelled}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            cancelled.cancel()
+            if not waiting.done():
+                waiting.cancel()
+        if not waiting.done() or waiting.cancelled():
+            return Outcome(BuildStatus.CANCELLED, "cancelled while waiting for a build slot")
+        try:
+            if live.cancelled.is_set():
+                return Outcome(BuildStatus.CANCELLED, "cancelled while waiting for a build slot")
+            await self.store.update(build_id, now_ms=self.clock(), status=BuildStatus.RUNNING)
+            request = live.request
+            live.phase = "preparing the tree"
+            async with speculative_tree(
+                path=self.trees / build_id, mirror_for=self._mirror, repos=self.repos,
+                target_branch=self.target_branch, base_changes=request.base_changes,
+                head_changes=request.head_changes, say=live.log.line,
+            ) as tree:
+                if live.cancelled.is_set():
+                    return Outcome(BuildStatus.CANCELLED, "cancelled before the command ran")
+                live.phase = "running the command"
+                home = self._home(build_id)
+                home.mkdir(parents=True, exist_ok=True)
+                env = build_env(home, {
+                    "SQ_QUEUE": request.queue, "SQ_BUILD_ID": build_id,
+                    "SQ_BATCH_ID": request.batch_id, "SQ_PATH_ID": request.path_id,
+                    "SQ_ATTEMPT": str(request.attempt), "SQ_BASE": tree.base,
+                    "SQ_HEAD": tree.head,
+                })
+                argv = command_argv(self.command)
+                live.log.line(f"running {argv!r} in the tree (timeout {self.timeout_s:g}s)")
+                await self._flush(build_id, live)
+
+                async def started(pid: int) -> None:
+                    live.pid = pid
+                    await self.store.update(build_id, now_ms=self.clock(), pid=pid)
+
+                return await run_command(
+                    argv, cwd=tree.path, env=env, log=live.log, timeout_s=self.timeout_s,
+                    cancelled=live.cancelled, grace_s=self.kill_grace_s, on_start=started)
+        finally:
+            self._slots.release()
+
+    async def _finish(self, build_id: str, live: _Live, outcome: Outcome) -> None:
+        live.log.line(f"{outcome.status.value}: {outcome.detail}")
+        await self._flush(build_id, live)
+        await self.store.update(build_id, now_ms=self.clock(), status=outcome.status,
+                                detail=outcome.detail, exit_code=outcome.exit_code)
+
+    async def _flush(self, build_id: str, live: _Live) -> None:
+        if live.log.dirty:
+            live.log.dirty = False
+            await self.store.set_log(build_id, live.log.text())
+
+    def _home(self, build_id: str) -> Path:
+        """The command's scratch HOME and TMPDIR, next to its tree."""
+        return self.trees / f"{build_id}.home"
+
+    def _mirror(self, key: str) -> GitMirror:
+        return self._mirror_at(self.root / "mirrors" / mirror_name(key), self.repos[key])
+
+    def _mirror_at(self, path: Path, url: str = "") -> GitMirror:
+        return GitMirror(path, repo_url(url) if url else "", self.root / ".home",
+                         self.git_timeout)
+
+
+def _try_lock(path: Path) -> int | None:
+    """An exclusive ``flock`` on ``path`` held by the returned descriptor (None if taken)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd

@@ -1,0 +1,233 @@
+"""A build runner that hands each build to external CI through a signed webhook.
+
+Trigger: ``POST <url>`` with the JSON body
+
+```json
+{"build_id": "wh-...", "queue": "q", "batch_id": "q/batch/3", "path_id": "...",
+ "attempt": 1, "base_changes": ["git://..."], "head_changes": ["git://..."],
+ "callback_url": "<public_url>/api/v1/builds/wh-.../status"}
+```
+
+and the header ``X-SubmitQueue-Signature: sha256=<hex HMAC-SHA256 of the raw body>``
+keyed with the queue's secret. Any 2xx accepts the build. A connection error, a
+timeout, 408, 429 or 5xx is retryable (the error propagates and the queue tries
+again, with a new build id); any other status is permanent (``BuildTriggerRefused``,
+which dead-letters the build and fails its batch with the CI's answer).
+
+Result: the CI calls ``POST <callback_url>`` with ``{"status": "running" | "succeeded"
+| "failed" | "cancelled" | "errored", "log_url": "...", "detail": "..."}`` (the last
+two optional), signed the same way over the raw body (``accept_callback``). The first
+terminal status stands; repeating it is accepted, contradicting it is refused. A build
+with no verdict ``timeout_s`` after its trigger reports ``errored`` (its path gets a
+new attempt). ``cancel()`` records ``cancelled`` at once; the protocol has no way to
+stop the CI job, whose later callbacks are then refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import time
+import uuid
+from typing import Literal
+from urllib.parse import urlsplit
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from app.domain.build_run import BuildRun
+from app.domain.errors import InvalidState, NotFound, SubmitQueueError
+from app.domain.states import BuildStatus
+from app.extensions.base import BuildReport, BuildRequest, BuildStore
+
+SIGNATURE_HEADER = "X-SubmitQueue-Signature"
+REQUEST_TIMEOUT_S = 10.0
+
+
+class BuildTriggerRefused(SubmitQueueError):
+    """The CI answered the trigger with a permanent error (e.g. 401, 404)."""
+
+    code = "build_trigger_refused"
+
+
+class BadSignature(SubmitQueueError):
+    """A callback's ``X-SubmitQueue-Signature`` is missing or does not match its body."""
+
+    code = "bad_signature"
+
+
+class CallbackBody(BaseModel):
+    """What CI reports to ``POST /api/v1/builds/{build_id}/status``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    status: Literal["running", "succeeded", "failed", "cancelled", "errored"]
+    log_url: str | None = Field(default=None, max_length=2000,
+                                description="where a person reads the build's log (http/https)")
+    detail: str | None = Field(default=None, max_length=4000,
+                               description="one line on why, shown with the build")
+
+    @field_validator("log_url")
+    @classmethod
+    def _http(cls, v: str | None) -> str | None:
+        if v is not None and v != "":
+            parts = urlsplit(v)
+            if parts.scheme not in ("http", "https") or not parts.netloc:
+                raise ValueError("log_url must be an http:// or https:// URL")
+        return v
+
+
+def sign(secret: bytes, body: bytes) -> str:
+    """The signature header value of ``body``: ``sha256=<hex HMAC-SHA256>``."""
+    return "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
+
+
+def signature_ok(secret: bytes, body: bytes, header: str | None) -> bool:
+    """Constant-time check of a signature header against ``body``."""
+    if not header:
+        return False
+    return hmac.compare_digest(header.strip().encode("utf-8", "replace"),
+                               sign(secret, body).encode())
+
+
+def shown(url: str) -> str:
+    """A URL as it may appear in logs and errors: no credentials, query or fragment."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{host}{port}{parts.path}"
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class WebhookBuildRunner:
+    def __init__(
+        self,
+        *,
+        queue: str,
+        url: str,
+        secret: str,
+        public_url: str,
+        store: BuildStore,
+        timeout_s: float = 3600.0,
+        request_timeout_s: float = REQUEST_TIMEOUT_S,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        if not secret:
+            raise ValueError("the webhook secret must not be empty")
+        self.queue = queue
+        self.url = url
+        self._secret = secret.encode()
+        self.public_url = public_url.rstrip("/")
+        self.store = store
+        self.timeout_s = timeout_s
+        self.request_timeout_s = request_timeout_s
+        self._client = client
+        self.clock = _wall_clock_ms
+
+    def callback_url(self, build_id: str) -> str:
+        return f"{self.public_url}/api/v1/builds/{build_id}/status"
+
+    def sign(self, body: bytes) -> str:
+        return sign(self._secret, body)
+
+    async def trigger(self, request: BuildRequest) -> str:
+        build_id = f"wh-{uuid.uuid4().hex}"
+        now = self.clock()
+        await self.store.create(BuildRun(
+            id=build_id, queue=request.queue, runner="webhook", batch_id=request.batch_id,
+            path_id=request.path_id, attempt=request.attempt, status=BuildStatus.ACCEPTED,
+            heartbeat_ms=now, created_at_ms=now, updated_at_ms=now))
+        body = json.dumps({
+            "build_id": build_id, "queue": request.queue, "batch_id": request.batch_id,
+            "path_id": request.path_id, "attempt": request.attempt,
+            "base_changes": list(request.base_changes),
+            "head_changes": list(request.head_changes),
+            "callback_url": self.callback_url(build_id),
+        }, separators=(",", ":")).encode()
+        headers = {"content-type": "application/json", "user-agent": "SubmitQueue",
+                   SIGNATURE_HEADER: self.sign(body)}
+        where = shown(self.url)
+        try:
+            if self._client is not None:
+                response = await self._client.post(self.url, content=body, headers=headers,
+                                                   timeout=self.request_timeout_s)
+            else:
+                async with httpx.AsyncClient(timeout=self.request_timeout_s) as client:
+                    response = await client.post(self.url, content=body, headers=headers)
+        except httpx.HTTPError as exc:
+            await self._end(build_id, BuildStatus.ERRORED,
+                            f"could not reach CI at {where}: {type(exc).__name__}")
+            raise
+        if response.is_success:
+            await self._say(build_id, f"sent to CI at {where}: HTTP {response.status_code}")
+            return build_id
+        answer = " ".join(response.text.split())[:300]
+        detail = f"CI at {where} answered HTTP {response.status_code} to the trigger: {answer}"
+        await self._end(build_id, BuildStatus.ERRORED, detail)
+        code = response.status_code
+        if code in (408, 429) or (code >= 500 and code not in (501, 505)):
+            response.raise_for_status()  # retryable: the queue tries again
+        raise BuildTriggerRefused(f"{detail}; check build_runner.url of queue {self.queue!r} "
+                                  "and the CI's webhook configuration")
+
+    async def status(self, build_id: str) -> BuildReport:
+        run = await self.store.get(build_id)
+        if run is None:
+            raise NotFound(f"build {build_id!r} is unknown to the webhook runner of queue "
+                           f"{self.queue!r}")
+        if not run.status.terminal and self.clock() - run.created_at_ms > self.timeout_s * 1000:
+            run = await self._end(
+                build_id, BuildStatus.ERRORED,
+                f"no verdict from CI within {self.timeout_s:g}s of the trigger") or run
+        return BuildReport(run.status, log_url=run.log_url, detail=run.detail)
+
+    async def cancel(self, build_id: str) -> None:
+        await self._end(build_id, BuildStatus.CANCELLED,
+                        "cancelled by SubmitQueue (the CI job is not stopped by the webhook "
+                        "protocol; its later reports are refused)")
+
+    async def accept_callback(self, build_id: str, body: bytes, signature: str | None) -> None:
+        """Record a signed status report from CI.
+
+        Raises ``NotFound`` (not a webhook build of this queue), ``BadSignature``,
+        pydantic's ``ValidationError`` (a body that is not a ``CallbackBody``) or
+        ``InvalidState`` (the build already ended with another status)."""
+        run = await self.store.get(build_id)
+        if run is None or run.runner != "webhook" or run.queue != self.queue:
+            raise NotFound(f"build {build_id!r} is not a webhook build of queue {self.queue!r}")
+        if not signature_ok(self._secret, body, signature):
+            raise BadSignature(
+                f"the {SIGNATURE_HEADER} header is missing or does not match the body; sign "
+                "the exact body bytes: sha256=<hex HMAC-SHA256 keyed with the queue's secret>")
+        report = CallbackBody.model_validate_json(body)
+        status = BuildStatus(report.status)
+        if run.status.terminal:
+            if run.status is status:
+                return
+            raise InvalidState(f"build {build_id!r} already ended {run.status.value}; "
+                               f"a report of {status.value} cannot change that")
+        detail = report.detail or ""
+        await self._say(build_id, f"CI reported {status.value}"
+                        + (f": {detail}" if detail else "")
+                        + (f" (log: {report.log_url})" if report.log_url else ""))
+        updated = await self.store.update(build_id, now_ms=self.clock(), status=status,
+                                          detail=detail if detail else None,
+                                          log_url=report.log_url or None)
+        if updated is not None and updated.status is not status and updated.status.terminal:
+            raise InvalidState(f"build {build_id!r} already ended {updated.status.value}")
+
+    async def _say(self, build_id: str, line: str) -> None:
+        text = await self.store.get_log(build_id) or ""
+        await self.store.set_log(build_id, f"{text}[sq] {line}\n")
+
+    async def _end(self, build_id: str, status: BuildStatus, detail: str) -> BuildRun | None:
+        run = await self.store.get(build_id)
+        if run is None or run.status.terminal:
+            return run
+        await self._say(build_id, f"{status.value}: {detail}")
+        return await self.store.update(build_id, now_ms=self.clock(), status=status,
+                                       detail=detail)

@@ -1,0 +1,243 @@
+"""Prometheus metrics: one ``Metrics`` (with its own ``CollectorRegistry``) per app.
+
+Every family is named ``submitqueue_*``. Two kinds of source:
+
+- **Events**, recorded as they happen in this process: queue handler runs (the
+  consumer framework's ``on_handled`` hook), speculation runs, merger calls and merge
+  outcomes, requests reaching a terminal status (the ``PipelineMetrics`` observer the
+  controllers call), and HTTP requests (``app/api/middleware.py``). These are
+  per-process: sum them across processes.
+- **State**, read from the database: queue depth / in flight / held / retrying /
+  oldest age / paused per topic and consumer group, DLQ sizes, requests by status,
+  builds in flight. Read when ``/metrics`` is scraped, at most once per
+  ``SQ_METRICS_REFRESH_MS`` (so a value is at most that old when scraped; a failed
+  or slow read keeps the previous values and counts
+  ``submitqueue_metrics_refresh_errors_total``). Every process reports the same
+  shared state: aggregate these with ``max``, not ``sum``.
+
+``docs/observability.md`` lists every family with its labels.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    disable_created_metrics,
+)
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from app.controllers.common import Timed, finished_request
+from app.db.engine import Database
+from app.db.repos import gauges
+from app.db.repos import request_log as request_log_repo
+from app.domain.entities import RequestLog, RequestSummary
+from app.queue import Broker, TopicStats
+
+log = logging.getLogger("submitqueue.metrics")
+
+# No ``*_created`` series next to every counter and histogram: they double the
+# exposition and nothing here reads them (a process-wide prometheus_client setting).
+disable_created_metrics()  # type: ignore[no-untyped-call]
+
+NS = "submitqueue"
+REFRESH_TIMEOUT_S = 5.0
+
+HANDLER_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
+                   60, 120)
+LAND_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200,
+                14400, 43200, 86400)
+SPECULATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+                       30)
+MERGE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+HTTP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+
+@dataclass
+class StateSnapshot:
+    """What the database said at ``taken_at`` (monotonic seconds)."""
+
+    topics: list[TopicStats] = field(default_factory=list)
+    requests: dict[str, dict[str, int]] = field(default_factory=dict)
+    live_builds: dict[str, int] = field(default_factory=dict)
+    taken_at: float | None = None
+
+
+StateSource = Callable[[], Awaitable[StateSnapshot]]
+
+
+def state_source(db: Database, broker: Broker) -> StateSource:
+    """Read the shared state from the orchestrator/gateway database and the queue."""
+
+    async def read() -> StateSnapshot:
+        topics = await broker.stats()
+        async with db.read() as s:
+            requests = await request_log_repo.counts_by_status(s)
+            live = await gauges.live_builds(s)
+        return StateSnapshot(topics=topics, requests=requests, live_builds=live,
+                             taken_at=time.monotonic())
+
+    return read
+
+
+class _StateCollector(Collector):
+    """Yields the gauges of the last snapshot (sync, as prometheus collectors are)."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterable[Metric]:
+        snap = self.metrics.snapshot
+        tg = ["topic", "group"]
+        depth = GaugeMetricFamily(f"{NS}_queue_depth", "Unsettled deliveries (waiting, in "
+                                  "flight, held or retrying)", labels=tg)
+        in_flight = GaugeMetricFamily(f"{NS}_queue_in_flight", "Deliveries leased to a handler "
+                                      "(any process)", labels=tg)
+        held = GaugeMetricFamily(f"{NS}_queue_held", "Deliveries postponed by hold()", labels=tg)
+        retrying = GaugeMetricFamily(f"{NS}_queue_retrying", "Deliveries waiting for a retry",
+                                     labels=tg)
+        oldest = GaugeMetricFamily(f"{NS}_queue_oldest_age_seconds", "Age of the oldest "
+                                   "unsettled delivery (0 when none)", labels=tg)
+        paused = GaugeMetricFamily(f"{NS}_queue_paused", "1 when the consumer group is paused "
+                                   "on the whole topic", labels=tg)
+        dlq = GaugeMetricFamily(f"{NS}_queue_dlq_size", "Unsettled messages in the topic's "
+                                "dead-letter queue", labels=["topic"])
+        dlq_parked = GaugeMetricFamily(f"{NS}_queue_dlq_parked", "Dead letters parked for an "
+                                       "operator", labels=["topic"])
+        for t in snap.topics:
+            for g in t.groups:
+                labels = [g.topic, g.consumer_group]
+                depth.add_metric(labels, g.depth)
+                in_flight.add_metric(labels, g.in_flight)
+                held.add_metric(labels, g.held)
+                retrying.add_metric(labels, g.retrying)
+                oldest.add_metric(labels, (g.oldest_age_ms or 0) / 1000)
+                paused.add_metric(labels, 1 if g.paused else 0)
+            if t.dlq_topic is not None:
+                dlq.add_metric([t.topic], t.dlq_size)
+                dlq_parked.add_metric([t.topic], t.dlq_parked)
+        requests = GaugeMetricFamily(f"{NS}_requests", "Land requests by current status",
+                                     labels=["queue", "status"])
+        for queue, counts in sorted(snap.requests.items()):
+            for status, n in sorted(counts.items()):
+                requests.add_metric([queue, status], n)
+        builds = GaugeMetricFamily(f"{NS}_builds_in_flight", "Builds not yet terminal",
+                                   labels=["queue"])
+        budget = GaugeMetricFamily(f"{NS}_build_budget", "Configured build budget (live "
+                                   "speculation paths allowed)", labels=["queue"])
+        for queue, n in sorted(self.metrics.budgets.items()):
+            builds.add_metric([queue], snap.live_builds.get(queue, 0))
+            budget.add_metric([queue], n)
+        age = GaugeMetricFamily(f"{NS}_metrics_state_age_seconds", "Age of the database "
+                                "state behind the gauges above (-1 before the first read)")
+        age.add_metric([], -1 if snap.taken_at is None else time.monotonic() - snap.taken_at)
+        yield from (depth, in_flight, held, retrying, oldest, paused, dlq, dlq_parked,
+                    requests, builds, budget, age)
+
+
+class Metrics:
+    """The registry and every family; also the observer the consumers and controllers call."""
+
+    def __init__(self, *, version: str = "", role: str = "all",
+                 refresh_interval_ms: int = 5000, process_metrics: bool = True) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.refresh_interval_s = refresh_interval_ms / 1000
+        self.budgets: dict[str, int] = {}
+        self.snapshot = StateSnapshot()
+        self._source: StateSource | None = None
+        self._lock = asyncio.Lock()
+
+        Gauge(f"{NS}_info", "Build and role of this process", ["version", "role"],
+              registry=r).labels(version, role).set(1)
+        if process_metrics:
+            ProcessCollector(namespace=NS, registry=r)
+        self.handled = Counter(f"{NS}_queue_handled", "Handler runs by outcome (acked, held, "
+                               "retried, dead_lettered, released, lease_lost, error)",
+                               ["topic", "group", "outcome"], registry=r)
+        self.handler_seconds = Histogram(f"{NS}_queue_handler_duration_seconds",
+                                         "Handler run time", ["topic", "group"],
+                                         buckets=HANDLER_BUCKETS, registry=r)
+        self.land_seconds = Histogram(f"{NS}_land_duration_seconds", "Receipt of a land "
+                                      "request to its terminal status", ["queue", "status"],
+                                      buckets=LAND_BUCKETS, registry=r)
+        self.speculation_seconds = Histogram(f"{NS}_speculation_run_duration_seconds",
+                                             "One speculation run over a queue",
+                                             ["queue", "outcome"],
+                                             buckets=SPECULATION_BUCKETS, registry=r)
+        self.merge_seconds = Histogram(f"{NS}_merge_duration_seconds", "One merger call "
+                                       "(apply and push a batch)", ["queue", "outcome"],
+                                       buckets=MERGE_BUCKETS, registry=r)
+        self.merges = Counter(f"{NS}_merges", "Merge outcomes written to batches",
+                              ["queue", "outcome"], registry=r)
+        self.http_requests = Counter(f"{NS}_http_requests", "HTTP requests answered",
+                                     ["method", "route", "status"], registry=r)
+        self.http_seconds = Histogram(f"{NS}_http_request_duration_seconds",
+                                      "HTTP request time", ["method", "route"],
+                                      buckets=HTTP_BUCKETS, registry=r)
+        self.refresh_errors = Counter(f"{NS}_metrics_refresh_errors", "Failed or timed-out "
+                                      "reads of the database state", registry=r)
+        r.register(_StateCollector(self))
+
+    # -- wiring -------------------------------------------------------------------
+    def attach(self, source: StateSource, budgets: Mapping[str, int]) -> None:
+        self._source = source
+        self.budgets = dict(budgets)
+
+    # -- consumer framework hook --------------------------------------------------
+    def on_handled(self, topic: str, group: str, outcome: str, seconds: float) -> None:
+        self.handled.labels(topic, group, outcome).inc()
+        self.handler_seconds.labels(topic, group).observe(seconds)
+
+    # -- PipelineMetrics (controllers) -------------------------------------------
+    def timed(self, what: Timed, queue: str, seconds: float, ok: bool) -> None:
+        outcome = "ok" if ok else "error"
+        hist = self.speculation_seconds if what == "speculation" else self.merge_seconds
+        hist.labels(queue, outcome).observe(seconds)
+
+    def merge_finished(self, queue: str, outcome: str) -> None:
+        self.merges.labels(queue, outcome).inc()
+
+    def log_folded(self, entry: RequestLog, before: RequestSummary | None) -> None:
+        finished = finished_request(entry, before)
+        if finished is not None:
+            status, seconds = finished
+            self.land_seconds.labels(entry.queue, status).observe(seconds)
+
+    # -- HTTP ---------------------------------------------------------------------
+    def observe_http(self, method: str, route: str, status: int, seconds: float) -> None:
+        self.http_requests.labels(method, route, str(status)).inc()
+        self.http_seconds.labels(method, route).observe(seconds)
+
+    # -- scrape -------------------------------------------------------------------
+    async def refresh(self, *, force: bool = False) -> None:
+        """Re-read the database state unless the last read is recent enough."""
+        if self._source is None:
+            return
+        async with self._lock:
+            taken = self.snapshot.taken_at
+            if not force and taken is not None and \
+                    time.monotonic() - taken < self.refresh_interval_s:
+                return
+            try:
+                self.snapshot = await asyncio.wait_for(self._source(), REFRESH_TIMEOUT_S)
+            except Exception as exc:
+                self.refresh_errors.inc()
+                log.warning("metrics state read failed; serving the previous values",
+                            extra={"error": type(exc).__name__})
+
+    def render(self, accept: str | None) -> tuple[bytes, str]:
+        """The exposition (Prometheus text, or OpenMetrics if ``accept`` asks for it)."""
+        encoder, content_type = choose_encoder(accept or "")
+        return encoder(self.registry), content_type

@@ -1,0 +1,221 @@
+"""Speculating strategies, all driven by the real planner (``app.speculation.planner.plan``).
+
+The simulated CI starts a funded path's build at once (``pending`` -> ``building``), a
+cancel stops its build at once (the slot is free for the next plan), and a merge lands
+at once (``merging`` lasts no simulated time). After every event (arrivals and build
+ends at one instant) the driver plans again until a plan decides and cancels nothing.
+
+Funding:
+- ``planner``: the planner's own funding (best-first generator + allocator);
+- ``likely``: the planner finalizes with a zero budget, then each head in queue order
+  gets its one likely path (every unsettled dependency assumed to land) while slots are
+  free, rebuilt when a failure breaks it - the optimistic, Zuul-style queue;
+- ``all``: the planner finalizes, then heads in queue order get *every* path of theirs
+  (all outcome combinations) while slots are free - speculate-all.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from app.domain.entities import Batch, PathEntry, SpeculationPath
+from app.domain.states import BatchState, PathStatus
+from app.speculation import core
+from app.speculation.allocator import AllocatorName
+from app.speculation.coverage import CoveragePolicy
+from app.speculation.evidence import EvidencePolicy
+from app.speculation.generator import Generator
+from app.speculation.planner import Plan, PlanInput, plan
+from bench._sim_record import Recorder, SimBuild
+from bench._sim_workload import T_MS, Workload, flag_probability
+
+Funding = Literal["planner", "likely", "all"]
+
+
+@dataclass(frozen=True, slots=True)
+class SpecConfig:
+    """One speculating strategy. ``scorer``: ``fixed`` gives every change ``fixed_p``
+    (the queue's long-run pass rate, which history teaches); ``flag`` gives the
+    calibrated probability of its noisy risk flag. ``evidence``: refine with build
+    results (the planner's default)."""
+
+    funding: Funding = "planner"
+    allocator: AllocatorName = "sticky"
+    coverage: CoveragePolicy | None = None
+    scorer: Literal["fixed", "flag"] = "flag"
+    fixed_p: float = 0.9
+    evidence: bool = True
+    min_probability: float = 0.1
+    weigh_alternatives: bool = True
+    hedge_by_time: bool = True
+
+
+def bid(i: int) -> str:
+    return f"q/batch/{i:05d}"
+
+
+def idx(batch_id: str) -> int:
+    return int(batch_id.rsplit("/", 1)[1])
+
+
+class _Sim:
+    def __init__(self, w: Workload, cfg: SpecConfig) -> None:
+        self.w, self.cfg = w, cfg
+        self.rec = Recorder(w)
+        self.batches: dict[str, Batch] = {}
+        self.entries: dict[str, list[PathEntry]] = {}
+        self.active: dict[str, None] = {}  # in queue order
+        self.probs: dict[str, float] = {}
+        self.running: dict[str, SimBuild] = {}
+        self.build_of: dict[str, SimBuild] = {}
+        self.head_of: dict[str, str] = {}
+        self.ends: list[tuple[int, int, str]] = []
+        self.recent: deque[int] = deque(maxlen=50)
+        self.plans = 0  # diagnostics: plans run, merges on coverage, paths they invalidated
+        self.bypasses = 0
+        self.rebuilds = 0
+
+    # -- events ----------------------------------------------------------------
+    def run(self) -> Recorder:
+        nxt = 0
+        w = self.w
+        while not self.rec.done():
+            while self.ends and self.ends[0][2] not in self.running:
+                heapq.heappop(self.ends)
+            t_arr = w.arrival[nxt] if nxt < w.n else None
+            t_end = self.ends[0][0] if self.ends else None
+            if t_arr is None and t_end is None:
+                raise RuntimeError(f"stuck: {len(self.active)} batches never finished")
+            t = min(x for x in (t_arr, t_end) if x is not None)
+            while nxt < w.n and w.arrival[nxt] == t:
+                self.arrive(nxt, t)
+                nxt += 1
+            while self.ends and self.ends[0][0] <= t:
+                _, _, pid = heapq.heappop(self.ends)
+                if pid in self.running:
+                    self.finish(pid, t)
+            self.step(t)
+        return self.rec
+
+    def arrive(self, i: int, t: int) -> None:
+        deps = tuple(bid(j) for j in sorted(self.w.conflicts[i]) if bid(j) in self.active)
+        b = Batch(queue="q", id=bid(i), contains=(bid(i),), dependencies=deps,
+                  state=BatchState.SPECULATING, version=1, created_at_ms=t)
+        self.batches[b.id] = b
+        self.active[b.id] = None
+        p = self.cfg.fixed_p if self.cfg.scorer == "fixed" else \
+            flag_probability(self.w.point, self.w.flagged[i])
+        self.probs[b.id] = p
+
+    def finish(self, pid: str, t: int) -> None:
+        b = self.running.pop(pid)
+        self.recent.append(b.end - b.start)
+        self._set(pid, PathStatus.PASSED if b.passed else PathStatus.FAILED, t)
+
+    def _set(self, pid: str, status: PathStatus, t: int) -> None:
+        es = self.entries[self.head_of[pid]]
+        for k, e in enumerate(es):
+            if e.id == pid:
+                es[k] = replace(e, status=status, updated_at_ms=t)
+                return
+
+    # -- planning --------------------------------------------------------------
+    def step(self, t: int) -> None:
+        for _ in range(10_000):
+            p = plan(self.snapshot(t))
+            self.plans += 1
+            self.apply(p, t)
+            if self.cfg.funding != "planner":
+                self.fund_baseline(t)
+            if not p.decisions and not p.cancels:
+                return
+        raise RuntimeError(f"plans at t={t} never settled (cancel/fund loop)")
+
+    def snapshot(self, t: int) -> PlanInput:
+        batches = {h: self.batches[h] for h in self.active}
+        for h in self.active:
+            for d in self.batches[h].dependencies:
+                batches.setdefault(d, self.batches[d])
+        entries = {h: self.entries[h] for h in self.active if h in self.entries}
+        mean = sum(self.recent) / len(self.recent) if self.recent else float(T_MS)
+        cfg = self.cfg
+        return PlanInput(batches=batches, entries=entries, probs=self.probs,
+                         budget=self.w.point.budget if cfg.funding == "planner" else 0,
+                         allocator=cfg.allocator, coverage=cfg.coverage, now_ms=t,
+                         mean_build_ms=mean,
+                         evidence=EvidencePolicy() if cfg.evidence else None,
+                         min_probability=cfg.min_probability,
+                         weigh_alternatives=cfg.weigh_alternatives,
+                         hedge_by_time=cfg.hedge_by_time)
+
+    def apply(self, p: Plan, t: int) -> None:
+        for head, es in p.entries.items():
+            self.entries[head] = list(es)
+        for d, deps in p.dependencies.items():
+            self.batches[d] = replace(self.batches[d], dependencies=deps)
+        for pid in p.cancels:
+            b = self.running.pop(pid, None)
+            if b is not None:
+                self.rec.abort(b)
+            self._set(pid, PathStatus.CANCELLED, t)
+        for d in p.decisions:
+            self.bypasses += d.bypass
+            self.rebuilds += p.rebuilds if d.bypass else 0
+            self.active.pop(d.head)
+            if d.kind == "merge":
+                assert d.path_id is not None
+                self.rec.land([idx(d.head)], self.build_of[d.path_id], t)
+                state = BatchState.SUCCEEDED
+            else:
+                self.rec.reject(idx(d.head))
+                state = BatchState.FAILED
+            self.batches[d.head] = replace(self.batches[d.head], state=state)
+        for path in p.builds:
+            self.start(path, t)
+
+    def start(self, path: SpeculationPath, t: int) -> None:
+        members = frozenset({idx(path.head), *(idx(d) for d in path.base)})
+        b = self.rec.build(idx(path.head), members, t)
+        self.running[path.id] = b
+        self.build_of[path.id] = b
+        self.head_of[path.id] = path.head
+        heapq.heappush(self.ends, (b.end, self.rec.started, path.id))
+        es = self.entries.setdefault(path.head, [])
+        for k, e in enumerate(es):
+            if e.id == path.id:
+                es[k] = replace(e, status=PathStatus.BUILDING, updated_at_ms=t)
+                return
+        es.append(PathEntry(path=path, status=PathStatus.BUILDING, created_at_ms=t,
+                            updated_at_ms=t))
+
+    # -- baselines' funding ----------------------------------------------------
+    def fund_baseline(self, t: int) -> None:
+        heads = [self.batches[h] for h in self.active]
+        res = {b: core.resolution(self.batches[b].state) for h in heads
+               for b in h.dependencies}
+        free = self.w.point.budget - sum(1 for h in self.active
+                                         for e in self.entries.get(h, ()) if e.status.live)
+        if self.cfg.funding == "likely":
+            live = {h: self.entries[h] for h in self.active if h in self.entries}
+            for path in core.sticky_fund(heads, live, res, self.w.point.budget):
+                self.start(path, t)
+            return
+        gen = Generator(heads, res, self.probs)
+        for h in heads:
+            if free <= 0:
+                return
+            stored = {e.id for e in self.entries.get(h.id, ())}
+            for cand in gen.head_paths(h.id):
+                if cand.path.id in stored:
+                    continue
+                self.start(cand.path, t)
+                free -= 1
+                if free <= 0:
+                    return
+
+
+def speculate(w: Workload, cfg: SpecConfig) -> Recorder:
+    return _Sim(w, cfg).run()

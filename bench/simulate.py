@@ -1,0 +1,206 @@
+"""Speculation simulator: merge-queue strategies side by side on the same pre-drawn workload.
+
+The speculating strategies run the real planner (``app.speculation.planner.plan``) with a
+simulated clock and simulated CI; see ``bench/_sim_workload.py`` for the model and
+``bench/_sim_record.py`` for the metrics and the trunk-state check. Usage::
+
+    python -m bench.simulate                 # the default grid, a table per grid point
+    python -m bench.simulate --json          # one JSON object per (grid point, strategy)
+    python -m bench.simulate --grid default  # only the default point
+    python -m bench.simulate --n 60 --strategies oracle,best-first --grid default
+
+Strategies (``bench/_sim_baselines.py``, ``bench/_sim_speculate.py``):
+
+- ``oracle``: knows every outcome; each change is built once, at arrival, on exactly the
+  trunk it will land on; unlimited builds (so with a small budget the ratios flatter
+  nobody: the oracle ignores the budget);
+- ``serial``: one build at a time, first come first served;
+- ``optimistic``: each change built on every conflicting change ahead, all assumed to land,
+  rebuilt when that breaks (Zuul-style, but conflict-aware), oldest first within budget;
+- ``batch-bisect``: bors-style batches of everything waiting, bisected on failure;
+- ``speculate-all``: every outcome combination of the oldest heads, within budget;
+- ``best-first``: the planner as the simulator tunes it - sticky allocator, a scorer
+  that sees a noisy risk flag (80% right, calibrated; never the outcome), build
+  evidence, hedges above 10% probability only, timed hedges;
+- ``best-first+preempt``: the same with the preempting allocator;
+- ``best-first+coverage``: ``best-first`` plus merge on full coverage when it pays;
+- ``best-first+coverage-naive``: merge as soon as covered, complements from spare slots.
+
+Exits 1 when a strategy landed a red combination or the strategies did not all land the
+same set of changes (only the good ones).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import multiprocessing
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+from app.speculation.coverage import CoveragePolicy
+from bench._sim_baselines import batch_bisect, oracle, serial
+from bench._sim_record import Recorder
+from bench._sim_speculate import SpecConfig, speculate
+from bench._sim_workload import Point, Workload, draw
+
+Strategy = Callable[[Workload], Recorder]
+
+
+def _spec(cfg: SpecConfig) -> Strategy:
+    def run(w: Workload) -> Recorder:
+        return speculate(w, cfg)
+    return run
+
+
+STRATEGIES: dict[str, Strategy] = {
+    "oracle": oracle,
+    "serial": serial,
+    "optimistic": _spec(SpecConfig(funding="likely", evidence=False)),
+    "batch-bisect": batch_bisect,
+    "speculate-all": _spec(SpecConfig(funding="all", evidence=False)),
+    # ours: the planner's defaults (evidence, hedges over 10% only, timed hedges)
+    "best-first": _spec(SpecConfig()),
+    "best-first+preempt": _spec(SpecConfig(allocator="preempting")),
+    # merge on full coverage only when it pays (the overtaken batch needs >= 1 build)
+    "best-first+coverage": _spec(SpecConfig(coverage=CoveragePolicy())),
+    # for comparison: merge as soon as covered, and fund complements from spare slots
+    "best-first+coverage-naive": _spec(SpecConfig(
+        coverage=CoveragePolicy(min_remaining=0.0, complements=True))),
+}
+
+DEFAULT = Point()
+GRID = {
+    "default": [DEFAULT],
+    "small": [DEFAULT, replace(DEFAULT, load=2.0), replace(DEFAULT, budget=4),
+              replace(DEFAULT, budget=32), replace(DEFAULT, p_conflict=0.1)],
+}
+
+
+def is_default(point: Point) -> bool:
+    """The default grid point, whatever the number of changes or the seed."""
+    return replace(point, n=DEFAULT.n, seed=DEFAULT.seed) == DEFAULT
+
+
+def run_one(job: tuple[Point, str]) -> tuple[Point, str, dict[str, Any], float]:
+    point, name = job
+    start = time.perf_counter()
+    rec = STRATEGIES[name](draw(point))
+    if not rec.done():
+        raise RuntimeError(f"{name} did not finish every change at {point}")
+    return point, name, rec.metrics(), time.perf_counter() - start
+
+
+def rows_for(point: Point, results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    base = results.get("oracle")
+    rows = []
+    for name, m in results.items():
+        row: dict[str, Any] = {"point": point.to_json(), "default": is_default(point),
+                               "strategy": name}
+        row.update({k: m[k] for k in ("p50", "p95", "p99")})
+        for q in ("p50", "p95"):
+            row[f"{q}_vs_oracle"] = m[q] / base[q] if base and base[q] > 0 else math.nan
+        row.update({k: m[k] for k in ("throughput", "builds_per_landed", "aborted_builds",
+                                      "red_landings", "landed")})
+        rows.append(row)
+    return rows
+
+
+def check_point(point: Point, results: dict[str, dict[str, Any]]) -> list[str]:
+    """Problems at one grid point: red landings, or landed sets that differ."""
+    good = sorted(draw(point).good)
+    problems = []
+    for name, m in results.items():
+        if m["red_landings"]:
+            problems.append(f"{name}: {m['red_landings']} red landings at {point.to_json()}")
+        if m["landed_set"] != good:
+            problems.append(f"{name}: landed {m['landed']} changes, not the {len(good)} good "
+                            f"ones, at {point.to_json()}")
+    return problems
+
+
+def table(rows: Sequence[dict[str, Any]]) -> str:
+    p = rows[0]["point"]
+    head = (f"load {p['load']:g} changes/T, budget {p['budget']}, p_fail {p['p_fail']:g}, "
+            f"p_conflict {p['p_conflict']:g}, seed {p['seed']}"
+            + ("  [default]" if rows[0]["default"] else ""))
+    cols = ("strategy", "P50", "P95", "P99", "P50/or", "P95/or", "thru/T", "builds/land",
+            "aborted", "red", "landed")
+    lines = [head, "  ".join(f"{c:>11}" if i else f"{c:<26}" for i, c in enumerate(cols))]
+    for r in rows:
+        vals = [f"{r['p50']:.2f}", f"{r['p95']:.2f}", f"{r['p99']:.2f}",
+                f"{r['p50_vs_oracle']:.2f}x", f"{r['p95_vs_oracle']:.2f}x",
+                f"{r['throughput']:.2f}", f"{r['builds_per_landed']:.2f}",
+                str(r["aborted_builds"]), str(r["red_landings"]), str(r["landed"])]
+        lines.append(f"{r['strategy']:<26}  " + "  ".join(f"{v:>11}" for v in vals))
+    return "\n".join(lines)
+
+
+def simulate(points: Sequence[Point], names: Sequence[str], jobs: int,
+             ) -> tuple[list[list[dict[str, Any]]], list[str], float]:
+    """Run every (point, strategy); returns rows per point, problems, and CPU seconds."""
+    work = [(pt, n) for pt in points for n in names]
+    if jobs > 1:
+        with multiprocessing.get_context("fork").Pool(jobs) as pool:
+            done = pool.map(run_one, work, chunksize=1)
+    else:
+        done = [run_one(j) for j in work]
+    by_point: dict[Point, dict[str, dict[str, Any]]] = {pt: {} for pt in points}
+    cpu = 0.0
+    for pt, name, m, secs in done:
+        by_point[pt][name] = m
+        cpu += secs
+    problems: list[str] = []
+    rows = []
+    for pt in points:
+        problems += check_point(pt, by_point[pt])
+        rows.append(rows_for(pt, by_point[pt]))
+    return rows, problems, cpu
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.simulate", description=__doc__.split(
+        "\n\n")[0])
+    ap.add_argument("--json", action="store_true", help="one JSON object per line")
+    ap.add_argument("--grid", choices=sorted(GRID), default="small")
+    ap.add_argument("--strategies", default=",".join(STRATEGIES),
+                    help="comma-separated subset (oracle is always run for the ratios)")
+    ap.add_argument("--n", type=int, help="changes per grid point (default 300)")
+    ap.add_argument("--seed", type=int, help="workload seed (default 1)")
+    ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    args = ap.parse_args(argv)
+    names = [s for s in args.strategies.split(",") if s]
+    unknown = [s for s in names if s not in STRATEGIES]
+    if unknown:
+        ap.error(f"unknown strategies {unknown}; choose from {', '.join(STRATEGIES)}")
+    if "oracle" not in names:
+        names.insert(0, "oracle")
+    points = GRID[args.grid]
+    if args.n is not None:
+        points = [replace(p, n=args.n) for p in points]
+    if args.seed is not None:
+        points = [replace(p, seed=args.seed) for p in points]
+    started = time.perf_counter()
+    rows, problems, cpu = simulate(points, names, args.jobs)
+    wall = time.perf_counter() - started
+    for point_rows in rows:
+        if args.json:
+            for r in point_rows:
+                print(json.dumps(r))
+        else:
+            print(table(point_rows), end="\n\n")
+    if not args.json:
+        print(f"{len(points)} grid points x {len(names)} strategies in {wall:.1f} s "
+              f"({cpu:.1f} s of simulation, {args.jobs} jobs)")
+    for p in problems:
+        print(f"PROBLEM: {p}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

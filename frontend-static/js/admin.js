@@ -1,0 +1,187 @@
+// "/admin": sign in with the admin token (kept in sessionStorage only), then topics,
+// dead letters with reconcile / requeue / discard (a reason is required to requeue or
+// discard), and the audit log; refreshed every 5 s unless an action is being typed.
+import { ApiError, api, duration, fill, h, showError, sqidLink, timeElement } from "./lib.js";
+import { initSearch } from "./search.js";
+
+const KEY = "submitqueue.adminToken";
+const A = "/api/v1/admin";
+const $ = (id) => document.getElementById(id);
+const MODES = {
+  reconcile: "Reconcile: end its request or batch in its failed state",
+  requeue: "Requeue: send it back to its original topic",
+  discard: "Discard: delete it",
+};
+
+const token = () => sessionStorage.getItem(KEY);
+
+function signedOut(message) {
+  sessionStorage.removeItem(KEY);
+  $("console").hidden = true;
+  $("login").hidden = false;
+  if (message) showError($("error"), new Error(message));
+  $("token").focus();
+}
+
+async function call(path, options = {}) {
+  try {
+    return await api(A + path, { ...options, token: token() });
+  } catch (err) {
+    if (err instanceof ApiError && (err.status === 401 || err.status === 403)) {
+      signedOut(err.message);
+    }
+    throw err;
+  }
+}
+
+function entityCell(id) {
+  if (!id) return h("span", { class: "muted" }, "–");
+  return /^[A-Za-z0-9][A-Za-z0-9._-]*\/[0-9]+$/.test(id) ? sqidLink(id) : h("code", {}, id);
+}
+
+let formSeq = 0;
+
+function actionForm(topic, message) {
+  formSeq += 1;
+  const ids = { mode: `mode-${formSeq}`, reason: `reason-${formSeq}` };
+  const select = h("select", { id: ids.mode, name: "mode" },
+    Object.entries(MODES).map(([value, label]) => h("option", { value }, label)));
+  const reason = h("input", { id: ids.reason, name: "reason", maxlength: "2000",
+    placeholder: "what was fixed, or why it cannot be processed" });
+  const sync = () => { reason.required = select.value !== "reconcile"; };
+  select.addEventListener("change", sync);
+  sync();
+  return h("form", { class: "dlq-action", dataset: { id: String(message.id) },
+    on: { submit: async (event) => {
+      event.preventDefault();
+      if (!event.target.reportValidity()) return;
+      const body = { mode: select.value, message_ids: [message.id], reason: reason.value.trim() };
+      try {
+        const out = await call(`/dlq/${encodeURIComponent(topic)}/drain`,
+          { method: "POST", body });
+        const result = out.results[0] || {};
+        fill($("action-result"), `${topic} #${message.id}: ${result.result}` +
+          (result.error ? ` (${result.error})` : "") + ` — audit entry ${out.audit_id}.`);
+        await load();
+      } catch (err) {
+        showError($("action-result"), err);
+      }
+    } } },
+  h("label", { for: ids.mode }, `Action for message ${message.id}`), select,
+  h("label", { for: ids.reason }, "Reason"), reason,
+  h("button", { type: "submit" }, "Apply"));
+}
+
+async function renderDlq() {
+  const { topics } = await call("/dlq");
+  const busy = topics.filter((t) => t.size > 0);
+  if (!busy.length) {
+    fill($("dlq"), h("p", { class: "muted" }, "No dead letters. Every topic is clean."));
+    return;
+  }
+  const sections = [];
+  for (const t of busy) {
+    const { items } = await call(`/dlq/${encodeURIComponent(t.topic)}/messages?limit=50`);
+    sections.push(h("section", { class: "card dlq-topic", dataset: { topic: t.topic } },
+      h("h3", {}, h("code", {}, t.topic), ` — ${t.size} message(s)`,
+        t.parked ? `, ${t.parked} parked` : "",
+        t.consumers.some((c) => c.paused) ? " (its reconciler is paused)" : ""),
+      h("ul", { class: "dlq-list" }, items.map((m) => h("li", { class: "dlq-message",
+        dataset: { id: String(m.id) } },
+      h("p", {}, h("strong", {}, `#${m.id}`), " from ", h("code", {}, m.original_topic || "?"),
+        " · entity ", entityCell(m.entity_id), ` · ${m.attempts} attempt(s) · failed `,
+        m.failed_at_ms ? timeElement(m.failed_at_ms) : "–", m.parked ? " · parked" : ""),
+      h("pre", { class: "raw-error" }, m.last_error || "(no error recorded)"),
+      actionForm(t.topic, m))))));
+  }
+  fill($("dlq"), sections);
+}
+
+async function renderTopics() {
+  const { topics } = await call("/topics");
+  const rows = [];
+  for (const t of topics) {
+    for (const g of t.groups) {
+      rows.push(h("tr", {},
+        h("th", { scope: "row" }, h("code", {}, t.topic)), h("td", {}, g.group),
+        h("td", {}, g.depth), h("td", {}, g.in_flight), h("td", {}, g.held),
+        h("td", {}, g.retrying), h("td", {}, g.oldest_age_ms ? duration(g.oldest_age_ms) : "–"),
+        h("td", {}, g.paused ? "paused" : "running"),
+        h("td", {}, t.is_dlq ? "–" : t.dlq_size)));
+    }
+  }
+  fill($("topics"), h("div", { class: "table-wrap" }, h("table", {},
+    h("caption", {}, "Per topic and consumer group"),
+    h("thead", {}, h("tr", {}, ["Topic", "Group", "Depth", "In flight", "Held", "Retrying",
+      "Oldest", "Consumer", "Dead letters"].map((c) => h("th", { scope: "col" }, c)))),
+    h("tbody", {}, rows))));
+}
+
+async function renderAudit() {
+  const { items } = await call("/audit?limit=20");
+  if (!items.length) {
+    fill($("audit"), h("p", { class: "muted" }, "No admin action yet."));
+    return;
+  }
+  fill($("audit"), h("div", { class: "table-wrap" }, h("table", { class: "audit" },
+    h("caption", {}, "Admin actions, newest first"),
+    h("thead", {}, h("tr", {}, ["When", "Who", "Action", "Topic", "Messages", "Reason",
+      "Result"].map((c) => h("th", { scope: "col" }, c)))),
+    h("tbody", {}, items.map((e) => h("tr", { dataset: { action: e.action } },
+      h("td", {}, timeElement(e.at_ms)), h("td", {}, e.actor), h("td", {}, e.action),
+      h("td", {}, h("code", {}, e.topic)), h("td", {}, (e.message_ids || []).join(", ")),
+      h("td", {}, e.reason || "–"),
+      h("td", {}, Object.entries((e.result && e.result.counts) || {})
+        .map(([k, v]) => `${k}: ${v}`).join(", ") || "–")))))));
+}
+
+async function load() {
+  try {
+    await Promise.all([renderDlq(), renderTopics(), renderAudit()]);
+    fill($("whoami"), `Signed in for this tab · updated ${new Date().toLocaleTimeString()}`);
+    fill($("error"));
+    document.body.dataset.loaded = String(Date.now());
+  } catch (err) {
+    if (token()) showError($("error"), err);
+  }
+}
+
+async function signIn(value) {
+  sessionStorage.setItem(KEY, value);
+  try {
+    await call("/dlq");
+  } catch {
+    return;
+  }
+  $("login").hidden = true;
+  $("console").hidden = false;
+  fill($("error"));
+  await load();
+  $("refresh").focus();
+}
+
+/** Refresh on a timer, unless the operator is in the middle of an action. */
+function autoRefresh() {
+  setInterval(() => {
+    if ($("console").hidden || document.hidden) return;
+    const busy = $("dlq").contains(document.activeElement) ||
+      Array.from(document.querySelectorAll(".dlq-action input")).some((i) => i.value);
+    if (!busy) load();
+  }, 5000);
+}
+
+function main() {
+  initSearch();
+  autoRefresh();
+  $("login").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const value = $("token").value.trim();
+    $("token").value = "";
+    if (value) signIn(value);
+  });
+  $("logout").addEventListener("click", () => signedOut(""));
+  $("refresh").addEventListener("click", load);
+  if (token()) signIn(token());
+}
+
+main();

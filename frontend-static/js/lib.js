@@ -1,0 +1,277 @@
+// Shared helpers of the status pages. Everything is rendered with DOM nodes and text
+// nodes only (never HTML parsed from strings): no text from the server becomes markup.
+
+/** Create an element: h("a", {href: "/x", class: "c"}, "text", child, [more]). */
+export function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs || {})) {
+    if (value === null || value === undefined || value === false) continue;
+    if (name === "on") {
+      for (const [event, fn] of Object.entries(value)) el.addEventListener(event, fn);
+    } else if (name === "dataset") {
+      Object.assign(el.dataset, value);
+    } else if (name === "href" || name === "action") {
+      const safe = safeHref(String(value));
+      if (safe !== null) el.setAttribute(name, safe);
+    } else {
+      el.setAttribute(name, value === true ? "" : String(value));
+    }
+  }
+  append(el, children);
+  return el;
+}
+
+function append(el, children) {
+  for (const child of children) {
+    if (child === null || child === undefined || child === false) continue;
+    if (Array.isArray(child)) append(el, child);
+    else if (child instanceof Node) el.appendChild(child);
+    else el.appendChild(document.createTextNode(String(child)));
+  }
+}
+
+/** Replace an element's children. */
+export function fill(el, ...children) {
+  el.replaceChildren();
+  append(el, children);
+  return el;
+}
+
+/** A link target only when it is site-relative or http(s); never javascript: & co. */
+export function safeHref(url) {
+  if (typeof url !== "string" || url === "") return null;
+  if (url.startsWith("/") && !url.startsWith("//") && !url.includes("\\")) return url;
+  try {
+    const parsed = new URL(url);
+    return parsed.protocol === "http:" || parsed.protocol === "https:" ? parsed.href : null;
+  } catch {
+    return null;
+  }
+}
+
+export class ApiError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+/** fetch JSON; a non-2xx answer throws ApiError with the server's message. */
+export async function api(path, { method = "GET", body, token } = {}) {
+  const headers = { Accept: "application/json" };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  if (token) headers.Authorization = `Bearer ${token}`;
+  let response;
+  try {
+    response = await fetch(path, {
+      method, headers, body: body === undefined ? undefined : JSON.stringify(body),
+      cache: "no-store",
+    });
+  } catch (err) {
+    throw new ApiError(0, "network", `the server did not answer (${err.message})`);
+  }
+  let data = null;
+  try {
+    data = await response.json();
+  } catch {
+    data = null;
+  }
+  if (!response.ok) {
+    const error = (data && data.error) || {};
+    throw new ApiError(response.status, error.code || "http_error",
+      error.message || `HTTP ${response.status}`);
+  }
+  return data;
+}
+
+export const queuePath = (queue) => `/queues/${encodeURIComponent(queue)}`;
+export const requestPath = (queue, n) => `${queuePath(queue)}/requests/${encodeURIComponent(n)}`;
+
+/** "demo/12" -> {queue: "demo", n: "12"} */
+export function splitSqid(sqid) {
+  const at = sqid.lastIndexOf("/");
+  return { queue: sqid.slice(0, at), n: sqid.slice(at + 1) };
+}
+
+export function sqidLink(sqid) {
+  const { queue, n } = splitSqid(sqid);
+  return h("a", { href: requestPath(queue, n) }, sqid);
+}
+
+export function duration(ms) {
+  if (ms === null || ms === undefined) return "–";
+  if (ms < 1000) return `${Math.round(ms)} ms`;
+  const s = ms / 1000;
+  if (s < 60) return `${s < 10 ? s.toFixed(1) : Math.round(s)} s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m} min ${Math.round(s % 60)} s`;
+  return `${Math.floor(m / 60)} h ${m % 60} min`;
+}
+
+export function percent(p) {
+  if (p === null || p === undefined) return "unknown";
+  const v = p * 100;
+  if (v > 99.5 && v < 100) return "> 99 %";
+  if (v > 0 && v < 0.5) return "< 1 %";
+  return `${Math.round(v)} %`;
+}
+
+export function clockTime(ms) {
+  if (!ms) return "–";
+  return new Date(ms).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit",
+    second: "2-digit" });
+}
+
+export function timeElement(ms) {
+  return h("time", { datetime: new Date(ms).toISOString(), title: new Date(ms).toString() },
+    clockTime(ms));
+}
+
+/** "branch-name (sha…)" from a change URI, falling back to the URI itself. */
+export function shortChange(uri) {
+  const m = /^git:\/\/[^/]+\/.*?\/refs%2[Ff]heads%2[Ff]([^/]+)\/([0-9a-f]{40})/.exec(uri);
+  if (m) return `${decodeURIComponent(m[1])} @ ${m[2].slice(0, 8)}`;
+  const gh = /^github:\/\/[^/]+\/(.+)\/pull\/(\d+)\//.exec(uri);
+  if (gh) return `${gh[1]}#${gh[2]}`;
+  return uri;
+}
+
+export function statusBadge(status) {
+  return h("span", { class: `badge badge-${cssToken(status)}` }, status);
+}
+
+export function cssToken(text) {
+  return String(text).toLowerCase().replace(/[^a-z0-9-]/g, "-");
+}
+
+/** The server clock minus the browser's, so countdowns use the server's "now". */
+export const clock = {
+  offset: 0,
+  sync(serverNowMs) { this.offset = serverNowMs - Date.now(); },
+  now() { return Date.now() + this.offset; },
+};
+
+export function etaText(forecast) {
+  if (!forecast || forecast.eta_at_ms === null || forecast.eta_at_ms === undefined) {
+    return "unknown";
+  }
+  const left = forecast.eta_at_ms - clock.now();
+  return left <= 0 ? "any moment" : `in ~${duration(left)}`;
+}
+
+/** An element whose text is the ETA, refreshed by tick(). */
+export function etaElement(forecast) {
+  const el = h("span", { class: "eta" }, etaText(forecast));
+  if (forecast && forecast.eta_at_ms) el.dataset.etaAt = String(forecast.eta_at_ms);
+  return el;
+}
+
+export function tick() {
+  for (const el of document.querySelectorAll("[data-eta-at]")) {
+    const left = Number(el.dataset.etaAt) - clock.now();
+    el.textContent = left <= 0 ? "any moment" : `in ~${duration(left)}`;
+  }
+  for (const el of document.querySelectorAll("[data-since]")) {
+    el.textContent = duration(clock.now() - Number(el.dataset.since));
+  }
+}
+
+/**
+ * Live updates of a queue: calls onChange(summary) for each event and onOpen() each
+ * time the stream (re)connects, so the page can re-read what it shows.
+ */
+export function liveUpdates(queue, { onOpen, onChange, statusEl }) {
+  const url = `/api/v1/events?queue=${encodeURIComponent(queue)}`;
+  const show = (text, state) => {
+    if (!statusEl) return;
+    statusEl.textContent = text;
+    statusEl.dataset.state = state;
+  };
+  let source = null;
+  const connect = () => {
+    source = new EventSource(url);
+    show("connecting…", "connecting");
+    source.addEventListener("open", () => {
+      show("live", "live");
+      onOpen();
+    });
+    source.addEventListener("request", (event) => {
+      try {
+        onChange(JSON.parse(event.data));
+      } catch (err) {
+        console.error("bad event", err);
+      }
+    });
+    const again = () => {
+      source.close();
+      show("offline, retrying…", "reconnecting");
+      setTimeout(connect, 5000);
+    };
+    source.addEventListener("reset", again);  // the stream fell behind
+    source.addEventListener("error", () => {
+      // the browser retries by itself unless the server refused the stream (e.g. 503)
+      if (source.readyState === EventSource.CLOSED) again();
+      else show("reconnecting…", "reconnecting");
+    });
+  };
+  connect();
+  window.addEventListener("pagehide", () => source && source.close());
+}
+
+/** Run fn at most once at a time; calls during a run schedule one more run. */
+export function coalesce(fn, delayMs = 150) {
+  let timer = null;
+  let running = false;
+  let again = false;
+  const run = async () => {
+    timer = null;
+    if (running) {
+      again = true;
+      return;
+    }
+    running = true;
+    try {
+      await fn();
+    } finally {
+      running = false;
+      if (again) {
+        again = false;
+        schedule();
+      }
+    }
+  };
+  const schedule = () => {
+    if (timer === null) timer = setTimeout(run, delayMs);
+  };
+  return schedule;
+}
+
+/**
+ * Re-render without losing the reader's place: the focused link or control and the
+ * open <details> inside ``root`` are found again after ``render()`` replaced them.
+ */
+export function keepPlace(root, render) {
+  const focused = document.activeElement;
+  let selector = null;
+  if (focused && focused !== root && root.contains(focused)) {
+    if (focused.id) selector = `#${CSS.escape(focused.id)}`;
+    else if (focused.getAttribute("href")) {
+      selector = `${focused.tagName.toLowerCase()}[href="${CSS.escape(
+        focused.getAttribute("href"))}"]`;
+    }
+  }
+  const all = () => Array.from(root.querySelectorAll("details"));
+  const open = all().map((d) => d.open);
+  render();
+  all().forEach((d, i) => { if (open[i]) d.open = true; });
+  if (selector) {
+    const again = root.querySelector(selector);
+    if (again) again.focus({ preventScroll: true });
+  }
+}
+
+/** Show an error message in a region (role=alert). */
+export function showError(el, err) {
+  fill(el, h("p", { class: "error", role: "alert" }, err.message || String(err)));
+}

@@ -1,0 +1,89 @@
+"""A real failed build in the browser: a queue on a real git sandbox whose builds run
+its ``sq_test.py`` (the command runner); a change that adds a ``BROKEN`` file ends in
+error, and its page names the failed build and links to that build's log."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+import pytest_asyncio
+
+from app.extensions.gitutil import git_env
+from tests.browser.conftest import screenshot
+from tests.e2e.harness import Server, serve
+
+pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.timeout(90)]
+
+QUEUES = """\
+queues:
+  - name: gitq
+    description: Real git sandbox with real builds
+    change_provider: {type: git}
+    merger: {type: git}
+    git:
+      repository: ./sandbox.git
+      repo_key: sandbox.local/sandbox
+      target_branch: main
+      create_sandbox: true
+    build_runner: {type: command, command: ["{python}", "sq_test.py"], timeout_s: 60,
+                   max_parallel: 2}
+    conflict_analyzer: {type: pathoverlap, by: directory}
+    default_strategy: squash_rebase
+"""
+
+
+def git(cwd: Path, home: Path, *args: str) -> str:
+    res = subprocess.run(["git", *args], cwd=cwd, env=git_env(home), capture_output=True,
+                         text=True, check=False, timeout=30)
+    assert res.returncode == 0, f"git {args}: {res.stderr}"
+    return res.stdout.strip()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def server(sqlite_db_factory: Any) -> AsyncIterator[Server]:
+    url, folder = sqlite_db_factory()
+    (folder / "queues.yaml").write_text(QUEUES)
+    async with serve(url, folder) as s:  # creates and seeds ./sandbox.git
+        yield s
+
+
+def push_change(root: Path, branch: str, files: dict[str, str]) -> str:
+    home, work = root / "home", root / f"work-{branch}"
+    git(root, home, "clone", "--quiet", str(root / "sandbox.git"), str(work))
+    git(work, home, "checkout", "--quiet", "-b", branch)
+    for name, content in files.items():
+        (work / name).parent.mkdir(parents=True, exist_ok=True)
+        (work / name).write_text(content)
+    git(work, home, "add", "-A")
+    git(work, home, "commit", "--quiet", "-m", f"Add {branch}")
+    sha = git(work, home, "rev-parse", "HEAD")
+    git(work, home, "push", "--quiet", "origin", f"HEAD:refs/heads/{branch}")
+    return f"git://sandbox.local/sandbox/{quote(f'refs/heads/{branch}', safe='')}/{sha}"
+
+
+async def test_a_failed_real_build_links_to_its_log(server: Server, page: Any) -> None:
+    root = Path(server.runtime.settings.queues_file).parent
+    uri = push_change(root, "breaks-it", {"pkg/broken.txt": "fine\nBROKEN\n"})
+    sqid = await server.land(uri, queue="gitq")
+    assert await server.wait_terminal(sqid, timeout=60) == "error"
+
+    await page.goto(f"{server.base_url}/queues/gitq/requests/{sqid.rsplit('/', 1)[1]}")
+    removal = page.locator(".removal[data-kind=build_failed]")
+    await removal.wait_for()
+    assert "Its build failed on path" in await removal.inner_text()
+    log_link = removal.get_by_role("link", name="log of build")
+    href = await log_link.get_attribute("href")
+    assert href is not None and href.startswith("/api/v1/builds/") and href.endswith("/log")
+    paths_link = page.locator("table.paths a.build-log")
+    assert await paths_link.get_attribute("href") == href
+    await screenshot(page, "request-page-build-log")
+
+    await log_link.click()
+    await page.wait_for_url(f"**{href}")
+    log = await page.locator("body").inner_text()
+    assert "checked: pkg/broken.txt" in log and "BROKEN" in log

@@ -1,0 +1,290 @@
+"""Real builds on a real git repository, through HTTP: the command runner builds each
+speculative tree and runs the sandbox's ``sq_test.py`` in it.
+
+The queue's repository is a sandbox created in tmp_path (README.md + sq_test.py on
+main); the test adds ``build.py`` to main, the queue's command, which can be slowed
+(``slow.txt``: seconds) or held (``hold.json``: wait while a file outside exists,
+recording its pid) by files in the tree, then runs ``sq_test.main()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import pytest
+
+from app.domain.queue_config import GitConfig
+from app.extensions.factory import prepare_repository
+from app.extensions.gitutil import git_env
+from tests.conftest import BACKENDS
+from tests.e2e.harness import TERMINAL, Server, free_port, serve
+
+pytestmark = [
+    pytest.mark.parametrize("database_url", BACKENDS, indirect=True),
+    pytest.mark.timeout(120),
+]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+BUILD_PY = """\
+import json, os, sys, time
+import sq_test
+if os.path.exists("hold.json"):
+    spec = json.load(open("hold.json"))
+    with open(os.path.join(spec["pids"], os.environ["SQ_BUILD_ID"]), "w") as fh:
+        fh.write(str(os.getpid()))
+    deadline = time.time() + 60
+    while os.path.exists(spec["hold"]) and time.time() < deadline:
+        time.sleep(0.1)
+if os.path.exists("slow.txt"):
+    time.sleep(float(open("slow.txt").read()))
+sys.exit(sq_test.main())
+"""
+
+
+QUEUES = """\
+queues:
+  - name: gitq
+    change_provider: {type: git}
+    merger: {type: git}
+    git:
+      repository: ./sandbox.git
+      repo_key: sandbox.local/sandbox
+      target_branch: main
+      create_sandbox: true
+    build_runner: {type: command, command: ["{python}", "build.py"], timeout_s: 90, max_parallel: 2}
+    conflict_analyzer: {type: pathoverlap, by: directory}
+    default_strategy: squash_rebase
+"""
+
+
+class Sandbox:
+    """A clone of the queue's sandbox repository (created by the server's own code)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.home = root / "home"
+        self.bare = root / "sandbox.git"
+        self.work = root / "work"
+        prepare_repository("gitq", GitConfig(repository=str(self.bare),
+                                             repo_key="sandbox.local/sandbox",
+                                             create_sandbox=True), root / "prep")
+        self.git("clone", "--quiet", str(self.bare), str(self.work), cwd=root)
+        self.commit({"build.py": BUILD_PY}, "Add build.py")
+        self.git("push", "--quiet", "origin", "HEAD:refs/heads/main")
+
+    def git(self, *args: str, cwd: Path | None = None) -> str:
+        res = subprocess.run(["git", *args], cwd=cwd or self.work, env=git_env(self.home),
+                             capture_output=True, text=True, check=False, timeout=30)
+        assert res.returncode == 0, f"git {args}: {res.stderr}"
+        return res.stdout.strip()
+
+    def commit(self, files: Mapping[str, str], message: str) -> str:
+        for name, content in files.items():
+            path = self.work / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(content)
+        self.git("add", "-A")
+        self.git("commit", "--quiet", "-m", message)
+        return self.git("rev-parse", "HEAD")
+
+    def branch(self, name: str, files: Mapping[str, str], message: str) -> str:
+        """One commit on ``name`` from the remote's main, pushed; returns its change URI."""
+        self.git("fetch", "--quiet", "origin")
+        self.git("checkout", "--quiet", "-B", name, "origin/main")
+        return self.push(name, self.commit(files, message))
+
+    def push(self, name: str, sha: str) -> str:
+        self.git("push", "--quiet", "--force", "origin", f"{sha}:refs/heads/{name}")
+        return f"git://sandbox.local/sandbox/{quote(f'refs/heads/{name}', safe='')}/{sha}"
+
+    def main(self, *args: str) -> str:
+        return self.git(*args, cwd=self.bare)
+
+    def main_files(self) -> list[str]:
+        return self.main("ls-tree", "-r", "--name-only", "main").splitlines()
+
+    def main_moves(self) -> int:
+        return len(self.main("reflog", "show", "main").splitlines())
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Sandbox:
+    (tmp_path / "queues.yaml").write_text(QUEUES)
+    return Sandbox(tmp_path)
+
+
+async def builds_of(server: Server, sqid: str) -> dict[str, dict[str, Any]]:
+    """Each build named by the request's history (``building`` events), by id: its log
+    (fetched from the event's ``build_url``) and the verdict the log ends with."""
+    out: dict[str, dict[str, Any]] = {}
+    for e in await server.history(sqid):
+        if e.get("event") == "building":
+            out[e["metadata"]["build_id"]] = {"url": e["metadata"]["build_url"]}
+    for build in out.values():
+        r = await server.client.get(build["url"])
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+        build["log"] = r.text
+        last = [line for line in r.text.splitlines() if line.startswith("[sq] ")][-1]
+        build["status"] = last[len("[sq] "):].split(":", 1)[0]
+    return out
+
+
+async def test_a_broken_change_fails_with_its_log_and_the_next_one_lands_built_without_it(
+    database_url: str, tmp_path: Path, sandbox: Sandbox
+) -> None:
+    broken = sandbox.branch("broken", {"lib/broken.txt": "BROKEN\n", "slow.txt": "1.5"},
+                            "Break the tests")
+    good = sandbox.branch("good", {"lib/good.txt": "fine\n"}, "A good change")
+    before = sandbox.main("rev-parse", "main")
+    async with serve(database_url, tmp_path) as server:
+        first = await server.land(broken, queue="gitq")
+        second = await server.land(good, queue="gitq")
+        assert await server.wait_terminal(first, timeout=60) == "error"
+        assert await server.wait_terminal(second, timeout=60) == "landed"
+
+        # the failing build's log is reachable from the request's history
+        failed = await builds_of(server, first)
+        [red] = [b for b in failed.values() if b["status"] == "failed"]
+        assert red["url"].startswith("/api/v1/builds/cmd-")
+        assert "FAILED: a line that is exactly BROKEN in: lib/broken.txt" in red["log"]
+        # a command build takes no status reports: only webhook builds do
+        r = await server.client.post(red["url"].replace("/log", "/status"),
+                                     json={"status": "succeeded"})
+        assert r.status_code == 404 and "not a webhook build" in r.json()["error"]["message"]
+
+        # the second was first built assuming the first lands (its tree had the first's
+        # change), and landed on a build of a tree without it
+        second_builds = await builds_of(server, second)
+        assert any(f"base change {broken}" in b["log"] for b in second_builds.values())
+        [green] = [b for b in second_builds.values() if b["status"] == "succeeded"]
+        assert "checked: lib/good.txt" in green["log"]
+        assert "lib/broken.txt" not in green["log"] and broken not in green["log"]
+        assert "ok: 4 files" in green["log"]  # README.md, build.py, lib/good.txt, sq_test.py
+    files = sandbox.main_files()
+    assert "lib/broken.txt" not in files and "lib/good.txt" in files
+    assert sandbox.main("rev-list", "--count", f"{before}..main") == "1"
+
+
+async def test_a_stack_of_three_is_built_together_and_lands_in_one_ref_update(
+    database_url: str, tmp_path: Path, sandbox: Sandbox
+) -> None:
+    sandbox.git("fetch", "--quiet", "origin")
+    sandbox.git("checkout", "--quiet", "-B", "stack", "origin/main")
+    uris = [sandbox.push(f"stack-{i}", sandbox.commit({f"pkg/part{i}.txt": f"{i}\n"},
+                                                      f"Part {i}"))
+            for i in (1, 2, 3)]
+    moves = sandbox.main_moves()
+    async with serve(database_url, tmp_path) as server:
+        sqid = await server.land(*uris, queue="gitq")
+        assert await server.wait_terminal(sqid, timeout=60) == "landed"
+        [green] = [b for b in (await builds_of(server, sqid)).values()
+                   if b["status"] == "succeeded"]
+        for i in (1, 2, 3):
+            assert f"checked: pkg/part{i}.txt" in green["log"]
+    assert sandbox.main_moves() == moves + 1  # one reflog entry for the whole stack
+    subjects = sandbox.main("log", "--format=%s", "-3", "main").splitlines()
+    assert subjects == [f"Part {i} ({sqid})" for i in (3, 2, 1)]
+
+
+# ---------------------------------------------------------------- kill and restart
+
+
+def start_server(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        return subprocess.Popen([sys.executable, "-m", "app.cli", "serve"], cwd=ROOT,
+                                env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+async def wait_healthy(base: str, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    async with httpx.AsyncClient(base_url=base, timeout=2) as client:
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, f"server exited early with {proc.returncode}"
+            try:
+                if (await client.get("/healthz")).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            await asyncio.sleep(0.1)
+    raise AssertionError("server did not become healthy")
+
+
+async def wait_for(predicate: Any, what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.1)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
+
+
+async def test_killing_the_server_mid_build_and_restarting_still_lands_once(
+    database_url: str, tmp_path: Path, sandbox: Sandbox
+) -> None:
+    hold, pids = tmp_path / "hold", tmp_path / "pids"
+    hold.write_text("held")
+    pids.mkdir()
+    change = sandbox.branch("held", {"app/held.txt": "held\n", "hold.json": json.dumps(
+        {"hold": str(hold), "pids": str(pids)})}, "A change built while the server dies")
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "SQ_DATABASE_URL": database_url, "SQ_PORT": str(port),
+           "SQ_QUEUES_FILE": str(tmp_path / "queues.yaml"), "SQ_LOG_LEVEL": "WARNING",
+           "SQ_QUEUE_POLL_INTERVAL_MS": "200", "SQ_QUEUE_VISIBILITY_TIMEOUT_MS": "3000",
+           "PYTHONPATH": str(ROOT)}
+    log = tmp_path / "server.log"
+    proc = start_server(env, log)
+    try:
+        await wait_healthy(base, proc)
+        async with httpx.AsyncClient(base_url=base, timeout=10) as client:
+            r = await client.post("/api/v1/queues/gitq/requests", json={"change_uris": [change]})
+            assert r.status_code == 202, r.text
+            sqid = r.json()["sqid"]
+        await wait_for(lambda: any(pids.iterdir()), "the build to start")
+        [pid_file] = list(pids.iterdir())
+        lost_build, orphan = pid_file.name, int(pid_file.read_text())
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        assert alive(orphan)  # the build's command outlived its server
+
+        proc = start_server(env, log)
+        await wait_healthy(base, proc)
+        await wait_for(lambda: not alive(orphan), "the restarted server to kill the orphan")
+        hold.unlink()  # from now on builds pass
+        async with httpx.AsyncClient(base_url=base, timeout=10) as client:
+            server = Server(base, None)
+            server.client = client
+            assert await server.wait_terminal(sqid, timeout=60) == "landed"
+            builds = await builds_of(server, sqid)
+            assert builds[lost_build]["status"] == "errored"
+            assert "errored: lost: the process running it stopped" in builds[lost_build]["log"]
+            assert [b["status"] for k, b in builds.items() if k != lost_build] == ["succeeded"]
+            statuses = [e["status"] for e in await server.history(sqid) if e["type"] == "status"]
+            assert [s for s in statuses if s in TERMINAL] == ["landed"]
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    subjects = sandbox.main("log", "--format=%s", "main").splitlines()
+    assert subjects.count(f"A change built while the server dies ({sqid})") == 1

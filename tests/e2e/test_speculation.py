@@ -1,0 +1,117 @@
+"""Speculation end to end (real app over HTTP, fakes): merge on full coverage.
+
+A small change queued behind a slow change in the same folder depends on it. With
+coverage merging on, the small change builds both of its paths (the slow one lands /
+fails), both pass long before the slow build ends, and it lands first; the slow
+change then rebuilds with the small one underneath and lands after it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import BACKENDS
+from tests.e2e.harness import change, serve
+
+QUEUES = """
+queues:
+  - name: demo
+    change_provider: {type: fake}
+    conflict_analyzer: {type: pathoverlap, by: directory}
+    build_runner: {type: fake, delay_ms: 0}
+    merger: {type: fake}
+    scorer: {type: constant, probability: 0.9}
+    build_budget: 6
+    speculation: {allocator: sticky, coverage: %s, coverage_min_remaining: 0,
+                  min_probability: 0}
+"""
+
+
+async def _landed_at(server: object, sqid: str) -> int:
+    history = await server.history(sqid)  # type: ignore[attr-defined]
+    return next(e["timestamp_ms"] for e in history
+                if e["type"] == "status" and e["status"] == "landed")
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+async def test_a_small_change_behind_a_slow_conflicting_one_lands_first(
+        database_url: str, tmp_path: Path) -> None:
+    (tmp_path / "queues.yaml").write_text(QUEUES % "true")
+    async with serve(database_url, tmp_path) as server:
+        slow = await server.land(change("slow", files="src/a.py", build_ms=8000))
+        await server.wait_status(slow, {"speculating"}, timeout=20)
+        small = await server.land(change("small", files="src/b.py", build_ms=200))
+        assert await server.wait_terminal(small, timeout=30) == "landed"
+        assert (await server.summary(slow))["status"] not in ("landed", "error")
+        assert await server.wait_terminal(slow, timeout=60) == "landed"
+        assert await _landed_at(server, small) < await _landed_at(server, slow)
+        # the slow change was rebuilt with the small one underneath: one of its builds
+        # assumed the overtaking batch lands
+        events = [e for e in await server.history(slow) if e.get("event") == "building"]
+        assert len({e["metadata"]["path_id"] for e in events}) >= 2
+
+
+@pytest.mark.parametrize("database_url", BACKENDS[:1], indirect=True)
+async def test_without_coverage_the_small_change_waits_for_the_slow_one(
+        database_url: str, tmp_path: Path) -> None:
+    (tmp_path / "queues.yaml").write_text(QUEUES % "false")
+    async with serve(database_url, tmp_path) as server:
+        slow = await server.land(change("slow", files="src/a.py", build_ms=3000))
+        await server.wait_status(slow, {"speculating"}, timeout=20)
+        small = await server.land(change("small", files="src/b.py", build_ms=200))
+        assert await server.wait_terminal(small, timeout=30) == "landed"
+        assert await server.wait_terminal(slow, timeout=30) == "landed"
+        assert await _landed_at(server, slow) < await _landed_at(server, small)
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+async def test_a_lost_build_is_retried_as_a_new_attempt_and_the_change_lands(
+        database_url: str, tmp_path: Path) -> None:
+    (tmp_path / "queues.yaml").write_text(QUEUES % "false")
+    async with serve(database_url, tmp_path) as server:
+        sqid = await server.land(change("lost", files="x/a.py", fake="build-lost"))
+        assert await server.wait_terminal(sqid, timeout=30) == "landed"
+        builds = [e["metadata"] for e in await server.history(sqid)
+                  if e.get("event") == "building"]
+        by_attempt = {md["attempt"]: md["build_status"] for md in builds}
+        assert by_attempt.get(1) == "errored" and by_attempt.get(2) == "succeeded", builds
+        assert len({md["path_id"] for md in builds}) == 1  # the same path, built again
+
+
+HISTORY_QUEUE = """
+queues:
+  - name: demo
+    change_provider: {type: fake}
+    conflict_analyzer: {type: pathoverlap, by: directory}
+    build_runner: {type: fake, delay_ms: 0}
+    merger: {type: fake}
+    scorer: {type: history, prior: 0.9, prior_weight: 1}
+    build_budget: 4
+"""
+
+
+async def _p_land(server: object, sqid: str) -> float:
+    queue, n = sqid.split("/")
+    r = await server.client.get(f"/api/v1/queues/{queue}/requests/{n}/view")  # type: ignore[attr-defined]
+    assert r.status_code == 200, r.text
+    p = r.json()["request"]["forecast"]["p_land"]
+    assert isinstance(p, float)
+    return p
+
+
+@pytest.mark.parametrize("database_url", BACKENDS[:1], indirect=True)
+async def test_the_history_scorer_learns_from_the_queues_own_builds(
+        database_url: str, tmp_path: Path) -> None:
+    (tmp_path / "queues.yaml").write_text(HISTORY_QUEUE)
+    async with serve(database_url, tmp_path) as server:
+        bad = await server.land(change("bad", files="risky/a.py", fake="build-fail"))
+        assert await server.wait_terminal(bad) == "error"
+        risky = await server.land(change("r2", files="risky/b.py", build_ms=4000))
+        safe = await server.land(change("s1", files="safe/c.py", build_ms=4000))
+        await server.wait_status(risky, {"speculating"})
+        await server.wait_status(safe, {"speculating"})
+        p_risky, p_safe = await _p_land(server, risky), await _p_land(server, safe)
+        assert p_risky < p_safe, (p_risky, p_safe)
+        assert p_risky < 0.9
