@@ -10,7 +10,8 @@ Land, in order: unknown queue -> 404 (before an id is minted); invalid stack ->
 400; mint the sqid and store the summary ``accepting`` with its change-URI
 mappings (one transaction); publish ``start`` (a failure -> 503 and the receipt
 stays invisible); persist ``accepted`` (a failure is only logged: the request is
-already in the pipeline).
+already in the pipeline, and ``start`` logs ``accepted`` too, under the same log id,
+so a gateway that dies between the publish and this write loses nothing).
 """
 
 from __future__ import annotations
@@ -88,7 +89,8 @@ async def land(queue: str, body: LandBody, runtime: RuntimeDep) -> LandAccepted:
         sqid = request_id(queue, n)
         await repo.create_summary(s, queue=queue, request_id=sqid,
                                   change_uris=body.change_uris, received_at_ms=received_ms)
-    msg = LandRequestMsg(id=sqid, queue=queue, change_uris=body.change_uris, strategy=strategy)
+    msg = LandRequestMsg(id=sqid, queue=queue, change_uris=body.change_uris, strategy=strategy,
+                         received_at_ms=received_ms)
     await _publish(runtime, START, msg.model_dump(mode="json"), partition_key=queue,
                    message_id=sqid)
     accepted = RequestLog(

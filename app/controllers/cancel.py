@@ -4,7 +4,7 @@
 |---|---|---|
 | request missing, message younger than 5 min | before | hold 500 ms (``start`` may not have run yet) |
 | request missing, older | invalid | raise ``NotFound`` |
-| request terminal | beyond | ack (a no-op) |
+| request terminal | beyond | re-publish its terminal log (same id; repairs a crash between write and log), ack |
 | request live | before | conditional write ``cancelling`` (skipped if already); then for each of its batches, oldest first: ``created``/``speculating`` -> ``cancelling``, and a ``cancelling`` batch gets a ``speculate`` wake-up (the batch owns the outcome); ``merging``/terminal -> owned already, nothing to do; ``creating`` -> not owned. With no owning batch, terminate ``cancelled`` at once |
 """  # noqa: E501 - state tables read best unwrapped
 
@@ -12,7 +12,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from app.controllers.common import StageController, load_request, terminate_request
+from app.controllers.common import (
+    StageController,
+    load_request,
+    repair_terminal,
+    terminate_request,
+)
 from app.db.repos import batches as batch_repo
 from app.db.repos import requests as request_repo
 from app.domain.errors import NotFound
@@ -33,6 +38,7 @@ class CancelController(StageController):
                 return
             raise NotFound(f"request {msg.id} never started; nothing to cancel")
         if req.state.terminal:
+            await repair_terminal(self.deps, req)
             return
         if req.state is not RequestState.CANCELLING:
             new = replace(req, state=RequestState.CANCELLING, version=req.version + 1)

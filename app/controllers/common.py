@@ -180,6 +180,14 @@ async def terminate_request(
     return "terminated"
 
 
+async def repair_terminal(deps: Deps, req: LandRequest) -> None:
+    """Re-publish a terminal request's terminal log (same log id: a no-op if it was
+    published). For controllers that find a request terminal on redelivery: the
+    process that wrote the terminal state may have died before publishing its log."""
+    if req.state.terminal:
+        await deps.publish_logs([_terminal_log(req, None, deps.now())])
+
+
 def _terminal_log(req: LandRequest, metadata: dict[str, Any] | None, now: int) -> RequestLog:
     return status_log(req.queue, req.id, req.state.value, now=now, version=req.version,
                       last_error=req.last_error, metadata=metadata)

@@ -4,7 +4,7 @@ one order and each sees every earlier one.
 
 | Loaded state | Relative to checkpoint | Action |
 |---|---|---|
-| batch ``creating``, members ``validated`` | before | analyse against ``created``/``speculating``/``merging`` batches; in one transaction claim each member (``batched``, v+1) and move the batch to ``created`` with its direct dependencies; log ``batched`` per member; publish ``speculate`` |
+| batch ``creating``, members ``validated`` | before | analyse against ``created``/``speculating``/``merging`` batches; log ``batched`` per member (first: once the batch is ``created`` another batch's speculate run may admit it); in one transaction claim each member (``batched``, v+1) and move the batch to ``created`` with its direct dependencies; publish ``speculate`` |
 | batch ``creating``, a member halted or not ``validated`` | superseded | abandon: the batch stays ``creating`` and inert; ack |
 | batch ``created`` | at | replay the member logs and ``speculate`` with the same ids |
 | batch ``speculating`` or later | beyond | ack |
@@ -69,6 +69,9 @@ class DependencyAnalysisController(StageController):
         deps = tuple(b.id for b in in_flight if b.id in conflicts)
         created = replace(batch, state=BatchState.CREATED, dependencies=deps,
                           version=batch.version + 1)
+        # Log first: a crash after the write must not leave the batch moving on (another
+        # batch's speculate run admits it) with ``batched`` never logged.
+        await self._log_batched(created)
         now = self.deps.now()
         async with self.deps.db.write() as s:
             for m in batch.contains:
@@ -78,12 +81,15 @@ class DependencyAnalysisController(StageController):
             await batch_repo.update(s, old=batch, new=created, now_ms=now)
         return created
 
-    async def _announce(self, batch: Batch) -> None:
+    async def _log_batched(self, batch: Batch) -> None:
         now = self.deps.now()
         await self.deps.publish_logs([
             status_log(batch.queue, m, "batched", now=now, occurrence=batch.id,
                        metadata={"batch_id": batch.id, "dependencies": list(batch.dependencies)})
             for m in batch.contains
         ])
+
+    async def _announce(self, batch: Batch) -> None:
+        await self._log_batched(batch)
         await self.deps.publish(SPECULATE, EntityMsg(id=batch.id, queue=batch.queue),
                                 partition_key=batch.queue, message_id=batch.id)

@@ -2,7 +2,7 @@
 
 | Loaded state | Relative to checkpoint | Action |
 |---|---|---|
-| request halted | superseded | ack (a cancel or an earlier verdict owns it) |
+| request halted | superseded | ack (a cancel or an earlier verdict owns it; terminal: re-publish its terminal log first) |
 | request ``started``, check succeeded | before | conditional write ``validated`` (v+1); log ``validated``; publish ``batch`` |
 | request ``started``, check failed | before | terminate ``error`` with the conflict reason |
 | request ``validated`` | at | replay the log and ``batch`` with the same ids |
@@ -14,7 +14,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from app.controllers.common import StageController, status_log, terminate_request
+from app.controllers.common import (
+    StageController,
+    repair_terminal,
+    status_log,
+    terminate_request,
+)
 from app.db.repos import requests as request_repo
 from app.domain.entities import LandRequest
 from app.domain.messages import BATCH, EntityMsg, ResultMsg
@@ -28,6 +33,7 @@ class MergeConflictSignalController(StageController):
         async with self.deps.db.read() as s:
             req = await request_repo.get(s, queue=msg.queue, id=msg.id)
         if req.state.halted or req.state is RequestState.BATCHED:
+            await repair_terminal(self.deps, req)
             return
         if req.state is RequestState.STARTED:
             if msg.outcome != "succeeded":

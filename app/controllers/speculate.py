@@ -23,7 +23,7 @@ The run, over every active batch (``created``/``speculating``/``merging``/``canc
 |---|---|
 | ``created`` | admit (as above) |
 | ``cancelling`` | stop its live paths; when none is live, write ``cancelled`` and publish ``conclude`` |
-| ``speculating`` | the planner's verdict: **merge** on a passed path whose assumptions all came true, or on full coverage when the queue allows it (then each overtaken dependency gains the head as a dependency and its old paths are cancelled); **fail** when every dependency settled and every valid path failed; else fund paths within the budget. A build that ended ``errored`` gives its path a new attempt (bounded, ``core.fold``) |
+| ``speculating`` | the planner's verdict: **merge** on a passed path whose assumptions all came true, or on full coverage when the queue allows it (then each overtaken dependency gains the head as a dependency and its old paths are cancelled); **fail** when every dependency settled and every valid path failed; else fund paths within the budget. A build that ended ``errored`` gives its path a new attempt (up to ``core.MAX_BUILD_ATTEMPTS``, ``core.fold``) |
 | ``merging`` | nothing (its outcome arrives through ``mergesignal``); its live paths hold budget |
 
 Writes: the whole plan (changed path sets, ``merging``/``failed`` transitions, grown
@@ -51,7 +51,7 @@ from app.db.repos import requests as request_repo
 from app.db.repos import speculation as spec_repo
 from app.domain.entities import Batch, Build, PathEntry, PathSet
 from app.domain.messages import BUILD, CONCLUDE, MERGE, SPECULATE, BuildMsg, ConcludeMsg, EntityMsg
-from app.domain.states import BatchState, PathStatus
+from app.domain.states import BatchState, BuildStatus, PathStatus
 from app.queue import Delivery
 from app.speculation import core
 from app.speculation.core import Resolution
@@ -267,13 +267,17 @@ class SpeculateController:
 
     @staticmethod
     def _fail_reason(snap: Snapshot, head: str, reason: str) -> str:
-        """The planner's reason plus the failed builds this run saw end (their logs)."""
+        """The planner's reason plus the builds this run saw end it (status and log);
+        ``errored`` means the path's last attempt was lost too, not that a test failed."""
         seen = []
         for e in snap.entries.get(head, []):
             build = snap.builds.get(snap.links.get((e.id, e.attempt), ""))
             if e.status is PathStatus.FAILED and build is not None:
-                seen.append(f"{build.id} ({build.log_url})" if build.log_url else build.id)
-        return f"{reason}; failed: {', '.join(seen[:3])}" if seen else reason
+                where = f", {build.log_url}" if build.log_url else ""
+                lost = f" after {e.attempt} attempts" \
+                    if build.status is BuildStatus.ERRORED else ""
+                seen.append(f"{build.id} ({build.status.value}{lost}{where})")
+        return f"{reason}; last builds: {', '.join(seen[:3])}" if seen else reason
 
     async def _write_set(self, s: AsyncSession, snap: Snapshot, head: str) -> None:
         if not snap.changed(head):

@@ -2,18 +2,18 @@
 
 | Loaded state | Relative to checkpoint | Action |
 |---|---|---|
-| request missing | before | create it ``started`` (v1); log ``started``; publish ``validate`` |
+| request missing | before | create it ``started`` (v1); log ``accepted`` (the gateway's log id, its timestamp) and ``started``; publish ``validate`` |
 | request ``started`` | at | skip the write; replay the log and ``validate`` with the same ids |
 | any later state | beyond | ack |
-"""
+"""  # noqa: E501 - state tables read best unwrapped
 
 from __future__ import annotations
 
 from app.controllers.common import StageController, load_request, status_log
 from app.db.repos import requests as request_repo
-from app.domain.entities import LandRequest
-from app.domain.messages import VALIDATE, EntityMsg, LandRequestMsg
-from app.domain.states import RequestState
+from app.domain.entities import LandRequest, RequestLog
+from app.domain.messages import VALIDATE, EntityMsg, LandRequestMsg, log_id
+from app.domain.states import LogType, PublicStatus, RequestState
 from app.queue import Delivery
 
 
@@ -30,7 +30,13 @@ class StartController(StageController):
                 await request_repo.create(s, request=request, now_ms=self.deps.now())
         elif current.state is not RequestState.STARTED:
             return
+        # ``accepted`` under the gateway's own log id: a no-op when the gateway recorded
+        # it, the repair when the gateway died between publishing ``start`` and that write.
+        accepted = RequestLog(
+            queue=msg.queue, request_id=msg.id, timestamp_ms=msg.received_at_ms or
+            self.deps.now(), type=LogType.STATUS, status=PublicStatus.ACCEPTED.value,
+            log_id=log_id(msg.id, PublicStatus.ACCEPTED.value))
         await self.deps.publish_logs(
-            [status_log(msg.queue, msg.id, "started", now=self.deps.now(), version=1)])
+            [accepted, status_log(msg.queue, msg.id, "started", now=self.deps.now(), version=1)])
         await self.deps.publish(VALIDATE, EntityMsg(id=msg.id, queue=msg.queue),
                                 partition_key=msg.queue, message_id=msg.id)

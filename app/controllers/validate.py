@@ -3,7 +3,7 @@ dry-run merge. Serial per merge queue, so the duplicate check and the claim cann
 
 | Loaded state | Relative to checkpoint | Action |
 |---|---|---|
-| request halted (terminal or cancelling) | superseded | ack |
+| request halted (terminal or cancelling) | superseded | ack (terminal: re-publish its terminal log first) |
 | request ``validated`` / ``batched`` | beyond | ack |
 | request ``started`` | before | log ``validating``; a change claimed by another live request, or one the provider rejects, ends the request ``error`` with the reason; else claim the changes and publish ``mergecheck`` |
 | request missing | invalid | raise ``NotFound`` (start always persists first) |
@@ -11,7 +11,12 @@ dry-run merge. Serial per merge queue, so the duplicate check and the claim cann
 
 from __future__ import annotations
 
-from app.controllers.common import StageController, status_log, terminate_request
+from app.controllers.common import (
+    StageController,
+    repair_terminal,
+    status_log,
+    terminate_request,
+)
 from app.db.repos import changes as change_repo
 from app.db.repos import requests as request_repo
 from app.domain.messages import MERGECHECK, EntityMsg
@@ -26,6 +31,7 @@ class ValidateController(StageController):
         async with self.deps.db.read() as s:
             req = await request_repo.get(s, queue=msg.queue, id=msg.id)
         if req.state.halted or req.state is not RequestState.STARTED:
+            await repair_terminal(self.deps, req)
             return
         await self.deps.publish_logs(
             [status_log(req.queue, req.id, "validating", now=self.deps.now())])

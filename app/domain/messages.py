@@ -50,6 +50,7 @@ class LandRequestMsg(_Msg):
     queue: str
     change_uris: list[str] = Field(min_length=1)
     strategy: LandStrategy
+    received_at_ms: int = 0  # when the gateway accepted it (0: unknown, older messages)
 
 
 class CancelRequestMsg(_Msg):

@@ -4,11 +4,22 @@ lands them) and the command build runner (which builds the speculative tree).
 Every helper runs git through ``GitMirror.git`` (an argv list in a fixed environment,
 never a shell). A git command that stops on a conflict raises ``Conflict`` naming the
 conflicting paths; any other git failure raises ``GitError`` (infrastructure).
+
+Scratch directories are named after their OWNER, ``<host>~<pid>~<start>~<random>``
+(``new_owner()``; ``host`` is the host name and pid namespace, ``start`` the process's
+start time from ``/proc``, so a reused pid is told apart). Several processes may share
+one work directory, so a process removes only what it owns or what a provably dead
+owner left: same host, and the pid is gone, a zombie, or now another process
+(``owner_is_dead``). An owner on another host (or pid namespace), or a name of another
+form, is never judged dead: what it leaves stays until someone removes it by hand.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
+import socket
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -23,6 +34,77 @@ class Conflict(Exception):
         super().__init__(change.uri)
         self.change = change
         self.paths = paths
+
+
+def _host() -> str:
+    """This host's name, plus its pid namespace where ``/proc`` tells it (containers that
+    share a host name but not their pids are different hosts here)."""
+    name = "".join(c if c.isalnum() or c in "-._" else "_" for c in socket.gethostname())
+    try:
+        ns = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return name
+    return f"{name}.pidns{''.join(c for c in ns if c.isdigit())}"
+
+
+def _process(pid: int) -> tuple[str, str] | None:
+    """``(state, start time)`` of ``pid`` from ``/proc`` (None: no such process, or no
+    ``/proc`` to ask)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rpartition(")")[2].split()
+    return (fields[0], fields[19]) if len(fields) > 19 else None
+
+
+def new_owner() -> str:
+    """A fresh owner name for this process: ``<host>~<pid>~<start>~<random>``."""
+    me = _process(os.getpid())
+    start = me[1] if me is not None else "-"
+    return f"{_host()}~{os.getpid()}~{start}~{uuid.uuid4().hex[:12]}"
+
+
+def owner_is_dead(name: str) -> bool:
+    """True only when ``name`` is an owner of this host whose process is provably gone."""
+    parts = name.split("~")
+    if len(parts) != 4 or parts[0] != _host() or not parts[1].isdigit():
+        return False
+    pid, start = int(parts[1]), parts[2]
+    if Path("/proc/self/stat").exists():
+        now = _process(pid)
+        return now is None or now[0] == "Z" or (start != "-" and now[1] != start)
+    try:  # no /proc: the pid alone says it
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def sweep_scratch(root: Path, *, prefix: str = "", keep: str | None = None,
+                  strays: bool = False) -> list[Path]:
+    """Remove the entries ``<root>/<prefix><owner>`` whose owner is provably dead (and,
+    with ``strays``, every entry not named after an owner, other than ``keep``); returns
+    what it removed. The caller prunes git's records of worktrees that were in them."""
+    try:
+        entries = list(root.iterdir())
+    except OSError:
+        return []
+    removed: list[Path] = []
+    for entry in entries:
+        name = entry.name
+        if name == keep or not name.startswith(prefix):
+            continue
+        owner = name[len(prefix):]
+        if owner_is_dead(owner) or (strays and len(owner.split("~")) != 4):
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+            removed.append(entry)
+    return removed
 
 
 @asynccontextmanager

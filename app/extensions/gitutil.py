@@ -9,26 +9,45 @@ A failing git command raises ``GitError`` (args, exit code, stderr). It declares
 ``retryable``: callers turn the failures that are the change's fault (conflicts, stale
 refs) into rejections or failed outcomes first, so what escapes is infrastructure.
 
-``mirror_lock(path)`` is one ``asyncio.Lock`` per repository path (per event loop).
+``mirror_lock(path)`` serialises all work on the repository at ``path`` HOST-WIDE: an
+``asyncio.Lock`` per path (per event loop) for the tasks of this process, then an
+exclusive ``flock`` on ``<path>.lock`` next to it for every process of the host that
+shares the directory (several ``submitqueue serve`` processes with one ``git.work_dir``).
+The ``flock`` is taken without blocking the event loop (a non-blocking try, else a
+waiting thread) and the kernel drops it when its process dies, so a crashed holder
+never wedges the others. Everything that fetches into a mirror, moves its refs or adds,
+removes or prunes its worktrees runs under it; so ``git worktree prune`` never races a
+``git worktree add`` and two fetches never fight over a ref.
+
+Ref updates that still meet a ref lock (a git process orphaned by a dead server, say)
+are retried with a backoff; a lock file older than ``STALE_LOCK_S`` under the mirror
+(left by a git process killed at its timeout) is removed first.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import hashlib
 import os
+import re
 import signal
+import threading
+import time
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
 
 from app.domain.change_uri import parse_change_uri
 from app.domain.errors import ValidationError
 from app.extensions.base import ChangeRejected
 
 DEFAULT_TIMEOUT = 120.0
+STALE_LOCK_S = 600.0  # a git lock file this old under a mirror belongs to no live command
+REF_LOCK_RETRIES = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)  # seconds between tries
 COMMITTER_NAME = "SubmitQueue"
 COMMITTER_EMAIL = "submitqueue@localhost"
 
@@ -133,20 +152,122 @@ async def run_git(
     return result
 
 
-_LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Lock]] = (
+class MirrorLock:
+    """``async with``: this process's ``asyncio.Lock`` for a path, then the host's ``flock``."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.lock_file = path.parent / f"{path.name}.lock"
+        self._local = asyncio.Lock()
+        self._fd: int | None = None
+
+    def locked(self) -> bool:
+        return self._local.locked()
+
+    async def __aenter__(self) -> None:
+        await self._local.acquire()
+        try:
+            self.lock_file.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = await host_flock(self.lock_file)
+        except BaseException:
+            self._local.release()
+            raise
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        fd, self._fd = self._fd, None
+        try:
+            if fd is not None:
+                os.close(fd)  # drops the flock
+        finally:
+            self._local.release()
+
+
+async def host_flock(path: Path) -> int:
+    """An exclusive ``flock`` on ``path``, held by the returned descriptor (close it to let
+    go). Waits in a thread of its own when another process holds it; cancellable."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return fd
+    except BlockingIOError:
+        pass
+    except BaseException:
+        os.close(fd)
+        raise
+    loop = asyncio.get_running_loop()
+    got: asyncio.Future[None] = loop.create_future()
+
+    def handover(error: OSError | None) -> None:  # in the loop
+        if got.done():  # the waiter was cancelled: nobody will use the lock
+            os.close(fd)
+        elif error is not None:
+            os.close(fd)
+            got.set_exception(error)
+        else:
+            got.set_result(None)
+
+    def wait() -> None:  # in the thread
+        error: OSError | None = None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as exc:
+            error = exc
+        try:
+            loop.call_soon_threadsafe(handover, error)
+        except RuntimeError:  # the loop is closed: nobody is waiting
+            os.close(fd)
+
+    threading.Thread(target=wait, name=f"sq-flock-{path.name}", daemon=True).start()
+    try:
+        await got
+    except asyncio.CancelledError:
+        if got.done() and not got.cancelled():  # granted and cancelled at once: let go
+            os.close(fd)
+        raise
+    return fd
+
+
+_LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, MirrorLock]] = (
     weakref.WeakKeyDictionary()
 )
 
 
-def mirror_lock(path: Path) -> asyncio.Lock:
-    """The lock serialising all work on the repository at ``path`` (in this event loop)."""
+def mirror_lock(path: Path) -> MirrorLock:
+    """The lock serialising all work on the repository at ``path``: among this event
+    loop's tasks and among every process (and loop) of the host."""
     loop = asyncio.get_running_loop()
     locks = _LOCKS.setdefault(loop, {})
     key = str(path.resolve())
     lock = locks.get(key)
     if lock is None:
-        lock = locks[key] = asyncio.Lock()
+        lock = locks[key] = MirrorLock(Path(key))
     return lock
+
+
+_LOCK_CONTENTION = re.compile(r"cannot lock ref|unable to update local ref|\.lock': File exists")
+_LOCK_FILE = re.compile(r"Unable to create '([^']+\.lock)': File exists")
+
+
+def _ref_lock_problem(error: GitError) -> tuple[bool, Path | None]:
+    """Whether ``error`` is a ref-lock contention, and the lock file it names (if any)."""
+    if _LOCK_CONTENTION.search(error.stderr) is None:
+        return False, None
+    named = _LOCK_FILE.search(error.stderr)
+    return True, Path(named.group(1)) if named else None
+
+
+def _remove_if_stale(lock_file: Path, repo: Path) -> bool:
+    """Remove a git lock file under ``repo`` older than ``STALE_LOCK_S``; True if removed."""
+    try:
+        if not lock_file.resolve().is_relative_to(repo.resolve()):
+            return False
+        if time.time() - lock_file.stat().st_mtime < STALE_LOCK_S:
+            return False
+        lock_file.unlink()
+    except OSError:
+        return False
+    return True
 
 
 def repo_url(location: str) -> str:
@@ -169,7 +290,8 @@ def mirror_name(key: str) -> str:
 class GitMirror:
     """A bare repository of our own that fetches a configured remote on demand.
 
-    Callers hold ``mirror_lock(mirror.path)`` around anything that fetches or reads refs.
+    Callers hold ``mirror_lock(mirror.path)`` around anything that fetches, reads or moves
+    refs, or adds, removes or prunes worktrees.
     """
 
     def __init__(self, path: Path, url: str, home: Path, timeout: float = DEFAULT_TIMEOUT):
@@ -183,6 +305,20 @@ class GitMirror:
         where = cwd if cwd is not None else self.path
         return await run_git(args, home=self.home, cwd=where, timeout=self.timeout,
                              check=check, env=env)
+
+    async def update(self, *args: str) -> GitResult:
+        """A git command that moves refs (fetch, update-ref): retried while it meets a ref
+        lock; a stale lock file (older than ``STALE_LOCK_S``) is removed first."""
+        for delay in (*REF_LOCK_RETRIES, None):
+            try:
+                return await self.git(*args)
+            except GitError as exc:
+                contended, lock_file = _ref_lock_problem(exc)
+                if not contended or delay is None:
+                    raise
+                if lock_file is None or not _remove_if_stale(lock_file, self.path):
+                    await asyncio.sleep(delay)
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
     async def ensure(self) -> None:
         if (self.path / "HEAD").exists():
@@ -217,8 +353,8 @@ class GitMirror:
         wanted = [r for r in dict.fromkeys(refs) if r in present]
         specs = [f"+{target_ref}:{target_ref}"]
         specs += [f"+{ref}:refs/sq/fetch/{i}" for i, ref in enumerate(wanted)]
-        await self.git("fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--",
-                       self.url, *specs)
+        await self.update("fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--",
+                          self.url, *specs)
         values: dict[str, str] = {}
         for i, ref in enumerate(wanted):
             res = await self.git("rev-parse", "--verify", f"refs/sq/fetch/{i}")
@@ -232,7 +368,7 @@ class GitMirror:
 
     async def pin(self, sha: str) -> None:
         """Keep ``sha`` reachable in the mirror whatever its ref does later."""
-        await self.git("update-ref", f"refs/sq/pin/{sha}", sha)
+        await self.update("update-ref", f"refs/sq/pin/{sha}", sha)
 
 
 @dataclass(frozen=True, slots=True)

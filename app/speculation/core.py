@@ -73,7 +73,7 @@ def decide(head: Batch, entries: Sequence[PathEntry], res: Mapping[str, Resoluti
     return WAIT
 
 
-MAX_BUILD_ATTEMPTS = 3
+MAX_BUILD_ATTEMPTS = 5
 
 
 def fold(entry: PathEntry, build: Build | None, linked: bool, now: int) -> PathEntry:

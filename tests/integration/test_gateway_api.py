@@ -157,7 +157,7 @@ async def test_land_is_accepted_visible_and_handed_to_start(env: Env) -> None:
     [msg] = await env.runtime.broker.find_messages(START, "demo/1")
     assert msg.partition_key == "demo"
     assert msg.payload == {"id": "demo/1", "queue": "demo", "change_uris": [URI_A, URI_B],
-                           "strategy": "merge"}
+                           "strategy": "merge", "received_at_ms": summary["received_at_ms"]}
     assert await land(env, URI_C) == "demo/2"
 
 

@@ -32,8 +32,11 @@ and then. At ``start()`` the runner takes an exclusive ``flock`` on
 directory is dead, so their unfinished runs are marked lost at once (and a command
 they left running is killed, if ``/proc`` shows it is still that build), and their
 leftover trees removed. An instance that cannot take the lock (another live process
-uses the same directory) runs its builds in a directory of its own and relies on the
-heartbeat rule alone. ``cancel()`` of a run held by another process is recorded in the
+uses the same directory) runs its builds in a directory of its own,
+``trees-<owner>`` (``gitapply.new_owner``: host, pid, process start), and relies on
+the heartbeat rule alone. Every instance, at ``start()``, removes the ``trees-<owner>``
+directories of owners that are provably dead (never a live process's) and prunes git's
+records of their worktrees under each mirror's host-wide lock. ``cancel()`` of a run held by another process is recorded in the
 store; its owner stops it at its next heartbeat.
 """  # noqa: E501 - tables read best unwrapped
 
@@ -66,7 +69,14 @@ from app.extensions.builds.process import (
     run_command,
 )
 from app.extensions.builds.tree import TreeRefused, speculative_tree
-from app.extensions.gitutil import DEFAULT_TIMEOUT, GitMirror, mirror_name, repo_url
+from app.extensions.gitapply import new_owner, sweep_scratch
+from app.extensions.gitutil import (
+    DEFAULT_TIMEOUT,
+    GitMirror,
+    mirror_lock,
+    mirror_name,
+    repo_url,
+)
 
 log = logging.getLogger("submitqueue.builds")
 
@@ -143,14 +153,13 @@ class CommandBuildRunner:
         """Take the directory lock (sweeping what dead instances left), start the heartbeat."""
         self.root.mkdir(parents=True, exist_ok=True)
         self._lock_fd = _try_lock(self.root / ".lock")
-        if self._lock_fd is not None:
-            await self._sweep()
-        else:
+        if self._lock_fd is None:
             private = uuid.uuid4().hex[:12]
             self.owner_group = f"{self.owner_group}#{private}"
-            self.trees = self.root / f"trees-{private}"
+            self.trees = self.root / f"trees-{new_owner()}"
             log.warning("another process uses build directory %s; this one builds in %s and "
                         "relies on heartbeats to detect lost builds", self.root, self.trees)
+        await self._sweep()
         self._heartbeat = asyncio.create_task(self._beat(), name=f"sq-build-heartbeat-{self.queue}")
 
     async def stop(self) -> None:
@@ -168,12 +177,28 @@ class CommandBuildRunner:
                 tasks.append(live.task)
         if tasks:
             await asyncio.wait(tasks, timeout=self.kill_grace_s + 10)
+        if self.trees.name != "trees":  # our own directory: gone if nothing is left in it
+            with contextlib.suppress(OSError):
+                self.trees.rmdir()
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
 
     async def _sweep(self) -> None:
-        """Runs of dead instances of this group: mark lost, kill leftovers, remove trees."""
+        """What dead instances left: with the directory lock, this group's runs (mark lost,
+        kill leftovers) and ``trees/``; always, dead owners' ``trees-<owner>``; then
+        git's records of the worktrees that were in them."""
+        if self._lock_fd is not None:
+            await self._sweep_group()
+        sweep_scratch(self.root, prefix="trees-", keep=self.trees.name)
+        mirrors = self.root / "mirrors"
+        if mirrors.is_dir():
+            for path in sorted(mirrors.iterdir()):
+                if (path / "HEAD").exists():
+                    async with mirror_lock(path):
+                        await self._mirror_at(path).git("worktree", "prune", check=False)
+
+    async def _sweep_group(self) -> None:
         for run in await self.store.unfinished(self.owner_group):
             if run.owner == self.owner:
                 continue
@@ -187,11 +212,6 @@ class CommandBuildRunner:
                                     detail=detail)
             log.warning("build %s was lost by a previous instance: %s", run.id, detail)
         shutil.rmtree(self.trees, ignore_errors=True)  # trees and scratch homes
-        mirrors = self.root / "mirrors"
-        if mirrors.is_dir():
-            for path in mirrors.iterdir():
-                if (path / "HEAD").exists():
-                    await self._mirror_at(path).git("worktree", "prune", check=False)
 
     async def _beat(self) -> None:
         while True:

@@ -1,7 +1,7 @@
 """The speculative tree of a build: the target tip, then every base change (assumed to
 land), then the head changes, applied in a worktree of the runner's own mirror.
 
-Under the mirror's lock: fetch the target branch and every change's ref, check each
+Under the mirror's lock (host-wide: ``gitutil.mirror_lock``): fetch the target branch and every change's ref, check each
 pinned commit is there, add a detached worktree at the tip and cherry-pick each
 change's commits in order (``gitapply.cherry_pick``, as the merger's ``rebase``); a
 change already on the target (an ancestor of the tip, or squash-landed with its

@@ -17,6 +17,12 @@ Strategies (per step), and when a change counts as already on the target (skippe
 - ``fast_forward``: the target becomes the exact SHA (one step with one change, a
   descendant of the tip); skipped when the SHA is already an ancestor of the tip.
 
+Scratch worktrees live in ``<work_dir>/worktrees/<mirror>/<owner>/`` (``gitapply``:
+host, pid, process start and a random part), made and removed under the mirror's lock,
+which is host-wide. Several processes may share ``work_dir``: before it adds one, a
+merger removes its own leftovers and those of owners that are provably dead (their
+process is gone), never a live process's, and then prunes git's records of them.
+
 So redelivery is idempotent: a merge that already landed finds nothing to do and
 succeeds without pushing. A conflict is a failed outcome naming the conflicting paths
 (the target untouched). A change whose pinned commit cannot be fetched any more is a
@@ -41,7 +47,9 @@ from app.extensions.gitapply import (
     git_or_conflict,
     head,
     is_ancestor,
+    new_owner,
     squash_commit_of,
+    sweep_scratch,
     worktree,
 )
 from app.extensions.gitutil import (
@@ -83,6 +91,7 @@ class GitMerger:
         self.work_dir = Path(work_dir)
         self.timeout = timeout
         self.max_push_attempts = max_push_attempts
+        self.owner = new_owner()
 
     @property
     def target_ref(self) -> str:
@@ -161,7 +170,7 @@ class GitMerger:
             check=False,
         )
         if res.returncode == 0:
-            await mirror.git("update-ref", self.target_ref, new)
+            await mirror.update("update-ref", self.target_ref, new)
             return True
         now = (await mirror.remote_refs([self.target_ref])).get(self.target_ref)
         if now is not None and now != old:
@@ -172,10 +181,17 @@ class GitMerger:
         self, mirror: GitMirror, tip: str, steps: list[tuple[MergeStep, list[GitChange]]]
     ) -> _Applied:
         scratch = self.work_dir / "worktrees" / mirror.path.name
-        if scratch.exists():  # left behind by a crash: we hold the lock, nobody uses them
-            shutil.rmtree(scratch, ignore_errors=True)
+        mine = scratch / self.owner
+        # We hold the mirror's lock: none of our worktrees is in use. Other owners'
+        # are left alone unless their process is provably dead.
+        left = sweep_scratch(scratch, keep=self.owner, strays=True)
+        if mine.is_dir():
+            for entry in mine.iterdir():
+                shutil.rmtree(entry, ignore_errors=True)
+                left.append(entry)
+        if left:
             await mirror.git("worktree", "prune", check=False)
-        async with worktree(mirror, scratch / uuid.uuid4().hex, tip) as wt:
+        async with worktree(mirror, mine / uuid.uuid4().hex, tip) as wt:
             outputs: list[str] = []
             for step, changes in steps:
                 if step.strategy is LandStrategy.FAST_FORWARD and (
