@@ -1,8 +1,9 @@
 """Allocators: spend a queue's build budget on the generator's stream (pure).
 
 The budget counts *live* entries (pending, building, cancelling) across every
-supplied path set, whatever the head's state. Allocators only propose; the
-controller checks and dispatches.
+supplied path set, whatever the head's state, entry by entry (:func:`live_slots`),
+exactly as the planner's invariant and the controller's check count them. Allocators
+only propose; the controller checks and dispatches.
 
 A stored path with a verdict (``passed``/``failed``) is never proposed again, nor is a
 live one. A ``cancelled`` path that the generator still yields (its head is planned,
@@ -39,8 +40,10 @@ def _index(entries: Mapping[str, Sequence[PathEntry]]) -> dict[str, PathEntry]:
     return {e.id: e for es in entries.values() for e in es}
 
 
-def _live_count(stored: Mapping[str, PathEntry]) -> int:
-    return sum(1 for e in stored.values() if e.status.live)
+def live_slots(entries: Mapping[str, Sequence[PathEntry]]) -> int:
+    """Build slots held: every live entry of every path set. Counted entry by entry,
+    never per distinct path id, so it is the very number the invariant checks."""
+    return sum(1 for es in entries.values() for e in es if e.status.live)
 
 
 def fundable(e: PathEntry | None) -> bool:
@@ -53,7 +56,7 @@ def sticky(stream: Iterable[Candidate], entries: Mapping[str, Sequence[PathEntry
     """Fill free slots from the stream, skipping paths stored live or with a verdict, and
     paths already proposed; never cancels. Pulls only as much of the stream as it needs."""
     stored = _index(entries)
-    free = budget - _live_count(stored)
+    free = budget - live_slots(entries)
     out: list[Proposal] = []
     if free <= 0:
         return out
@@ -105,7 +108,7 @@ def preempting(generator: Generator, entries: Mapping[str, Sequence[PathEntry]],
     planned = set(generator.heads())
     movable = [e for e in stored.values()
                if e.status in (PathStatus.PENDING, PathStatus.BUILDING) and e.path.head in planned]
-    capacity = budget - (_live_count(stored) - len(movable))
+    capacity = budget - (live_slots(entries) - len(movable))
     funded: list[Candidate] = []
     if capacity > 0:
         for cand in bounded(generator, floor):
@@ -125,7 +128,7 @@ def preempting(generator: Generator, entries: Mapping[str, Sequence[PathEntry]],
     for s, _, e in scored:  # worst first
         if s < threshold or (s < floor and e.id not in firsts) or s == -math.inf:
             out.append(Proposal("cancel", e.path))
-    free = budget - _live_count(stored)
+    free = budget - live_slots(entries)
     for cand in funded:
         if free <= 0:
             break

@@ -9,8 +9,13 @@ as an independent oracle:
    stored ``cancelled`` may be, as its next attempt (see :mod:`app.speculation.allocator`);
 3. a passed path is never cancelled or changed; no terminal entry changes; a cancel
    moves a live entry to ``cancelling``/``cancelled``;
-4. the budget is never exceeded: when the plan funds anything, the live entries of all
-   batches (pending, building, cancelling) after the plan fit in ``budget``;
+4. the plan never adds live paths beyond the budget: when it funds anything, the live
+   entries (pending, building, cancelling) of all batches after it, counted entry by
+   entry as the allocators count them, fit in ``budget``. A snapshot may already hold
+   more (cancelling builds keep their slot until they end, the queue's budget was
+   lowered, a lost build's retry keeps its path's slot): that is no violation, such a
+   plan funds nothing, and by 2 and 3 nothing else turns live, so the count cannot
+   grow (the controller checks ``live_after <= max(budget, live_before)``);
 5. ``sticky`` keeps every funded slot: a live path that is still valid and not
    contradicted, of a head still speculating, keeps its status (``preempting`` may
    cancel such paths, and only pending or building ones).
@@ -47,10 +52,7 @@ def check(inp: PlanInput, out: Plan, *, preempted: set[str]) -> None:
     after: dict[str, Sequence[PathEntry]] = {**inp.entries, **out.entries}
     _check_builds(inp, out, decided, res, deps, before)
     _check_entries(out, before, after)
-    if out.builds:
-        live = sum(1 for es in after.values() for e in es if e.status.live)
-        if live > inp.budget:
-            _fail(f"budget exceeded: {live} live paths after funding, budget {inp.budget}")
+    _check_budget(inp, out, after)
     if inp.allocator == "sticky" and preempted:
         _fail("the sticky allocator preempted a funded path")
     for head, es in inp.entries.items():
@@ -63,6 +65,14 @@ def check(inp: PlanInput, out: Plan, *, preempted: set[str]) -> None:
                 tuple(d for d, _ in e.path.dependencies) == deps[head]
             if keeps and now[e.id].status is not e.status and e.id not in preempted:
                 _fail(f"funded path {e.id[:12]} of {head} lost its slot without a reason")
+
+
+def _check_budget(inp: PlanInput, out: Plan, after: Mapping[str, Sequence[PathEntry]]) -> None:
+    live_before = sum(1 for es in inp.entries.values() for e in es if e.status.live)
+    live_after = sum(1 for es in after.values() for e in es if e.status.live)
+    if out.builds and live_after > inp.budget:
+        _fail(f"budget exceeded: {live_after} live paths after funding "
+              f"{len(out.builds)}, {live_before} before, budget {inp.budget}")
 
 
 def _check_builds(inp: PlanInput, out: Plan, decided: set[str], res: Mapping[str, Resolution],

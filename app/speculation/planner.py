@@ -48,7 +48,7 @@ from typing import Literal
 from app.domain.entities import Batch, PathEntry, SpeculationPath
 from app.domain.states import Assumption, BatchState, PathStatus
 from app.speculation import core
-from app.speculation.allocator import AllocatorName, Proposal, allocate
+from app.speculation.allocator import AllocatorName, Proposal, allocate, live_slots
 from app.speculation.complements import complements
 from app.speculation.core import Resolution
 from app.speculation.coverage import CoveragePolicy, Progress, combos, cover, remaining_ms
@@ -282,11 +282,8 @@ class _Run:
         policy = inp.coverage
         if policy is not None and policy.complements:
             extra = complements(heads, self.entries, self.res, self.merging, policy,
-                                free=inp.budget - self._live(), probs=probs)
+                                free=inp.budget - live_slots(self.entries), probs=probs)
             self._apply([Proposal("build", p) for p in extra])
-
-    def _live(self) -> int:
-        return sum(1 for es in self.entries.values() for e in es if e.status.live)
 
     def _apply(self, proposals: Sequence[Proposal]) -> None:
         now = self.inp.now_ms
