@@ -1,8 +1,28 @@
-// The search box in every page's header: a sqid (demo/12; a bare number on a queue
-// page) or an exact change URI. One hit opens its page; several are listed.
+// Every page's header (brand, main navigation, search box), rendered into the page's
+// empty <header class="site">, and the search box: a sqid (demo/12; a bare number on a
+// queue page) or an exact change URI. One hit opens its page; several are listed.
 import { api, fill, h, showError, statusBadge } from "./lib.js";
 
+function renderHeader() {
+  const header = document.querySelector("header.site");
+  fill(header,
+    h("a", { class: "brand", href: "/" }, "SubmitQueue"),
+    h("nav", { "aria-label": "Main" },
+      h("a", { href: "/" }, "Queues"),
+      h("a", { href: "/admin" }, "Admin")),
+    h("form", { id: "search", class: "search", role: "search", autocomplete: "off" },
+      h("label", { for: "search-q" }, "Find a request"),
+      h("input", {
+        id: "search-q", name: "q", type: "search", required: true, maxlength: "1024",
+        placeholder: "demo/12 or a change URI", "aria-describedby": "search-hint",
+      }),
+      h("button", { type: "submit" }, "Search"),
+      h("span", { id: "search-hint", class: "visually-hidden" },
+        "A sqid such as demo/12, or an exact change URI")));
+}
+
 export function initSearch(currentQueue = null) {
+  renderHeader();
   const form = document.getElementById("search");
   const input = document.getElementById("search-q");
   const results = document.getElementById("search-results");

@@ -4,18 +4,16 @@ error, and its page names the failed build and links to that build's log."""
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import pytest
 import pytest_asyncio
 
-from app.extensions.gitutil import git_env
 from tests.browser.conftest import screenshot
 from tests.e2e.harness import Server, serve
+from tests.gitfixtures import SANDBOX_KEY, GitSandbox, write_queues
 
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.timeout(90)]
 
@@ -37,33 +35,19 @@ queues:
 """
 
 
-def git(cwd: Path, home: Path, *args: str) -> str:
-    res = subprocess.run(["git", *args], cwd=cwd, env=git_env(home), capture_output=True,
-                         text=True, check=False, timeout=30)
-    assert res.returncode == 0, f"git {args}: {res.stderr}"
-    return res.stdout.strip()
-
-
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def server(sqlite_db_factory: Any) -> AsyncIterator[Server]:
     url, folder = sqlite_db_factory()
-    (folder / "queues.yaml").write_text(QUEUES)
+    write_queues(folder, QUEUES)
     async with serve(url, folder) as s:  # creates and seeds ./sandbox.git
         yield s
 
 
 def push_change(root: Path, branch: str, files: dict[str, str]) -> str:
-    home, work = root / "home", root / f"work-{branch}"
-    git(root, home, "clone", "--quiet", str(root / "sandbox.git"), str(work))
-    git(work, home, "checkout", "--quiet", "-b", branch)
-    for name, content in files.items():
-        (work / name).parent.mkdir(parents=True, exist_ok=True)
-        (work / name).write_text(content)
-    git(work, home, "add", "-A")
-    git(work, home, "commit", "--quiet", "-m", f"Add {branch}")
-    sha = git(work, home, "rev-parse", "HEAD")
-    git(work, home, "push", "--quiet", "origin", f"HEAD:refs/heads/{branch}")
-    return f"git://sandbox.local/sandbox/{quote(f'refs/heads/{branch}', safe='')}/{sha}"
+    clone = GitSandbox(root, SANDBOX_KEY, bare="sandbox.git", work=f"work-{branch}")
+    clone.clone()
+    clone.git("checkout", "--quiet", "-b", branch)
+    return clone.push(branch, clone.commit(files, f"Add {branch}"))
 
 
 async def test_a_failed_real_build_links_to_its_log(server: Server, page: Any) -> None:

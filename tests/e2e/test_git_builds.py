@@ -16,19 +16,17 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 import pytest
 
 from app.domain.queue_config import GitConfig
 from app.extensions.factory import prepare_repository
-from app.extensions.gitutil import git_env
 from tests.conftest import BACKENDS
 from tests.e2e.harness import TERMINAL, Server, free_port, serve
+from tests.gitfixtures import SANDBOX_KEY, GitSandbox, write_queues
 
 pytestmark = [
     pytest.mark.parametrize("database_url", BACKENDS, indirect=True),
@@ -69,48 +67,17 @@ queues:
 """
 
 
-class Sandbox:
+class Sandbox(GitSandbox):
     """A clone of the queue's sandbox repository (created by the server's own code)."""
 
     def __init__(self, root: Path) -> None:
-        self.root = root
-        self.home = root / "home"
-        self.bare = root / "sandbox.git"
-        self.work = root / "work"
+        super().__init__(root, SANDBOX_KEY, bare="sandbox.git")
         prepare_repository("gitq", GitConfig(repository=str(self.bare),
-                                             repo_key="sandbox.local/sandbox",
+                                             repo_key=SANDBOX_KEY,
                                              create_sandbox=True), root / "prep")
-        self.git("clone", "--quiet", str(self.bare), str(self.work), cwd=root)
+        self.clone()
         self.commit({"build.py": BUILD_PY}, "Add build.py")
         self.git("push", "--quiet", "origin", "HEAD:refs/heads/main")
-
-    def git(self, *args: str, cwd: Path | None = None) -> str:
-        res = subprocess.run(["git", *args], cwd=cwd or self.work, env=git_env(self.home),
-                             capture_output=True, text=True, check=False, timeout=30)
-        assert res.returncode == 0, f"git {args}: {res.stderr}"
-        return res.stdout.strip()
-
-    def commit(self, files: Mapping[str, str], message: str) -> str:
-        for name, content in files.items():
-            path = self.work / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(content)
-        self.git("add", "-A")
-        self.git("commit", "--quiet", "-m", message)
-        return self.git("rev-parse", "HEAD")
-
-    def branch(self, name: str, files: Mapping[str, str], message: str) -> str:
-        """One commit on ``name`` from the remote's main, pushed; returns its change URI."""
-        self.git("fetch", "--quiet", "origin")
-        self.git("checkout", "--quiet", "-B", name, "origin/main")
-        return self.push(name, self.commit(files, message))
-
-    def push(self, name: str, sha: str) -> str:
-        self.git("push", "--quiet", "--force", "origin", f"{sha}:refs/heads/{name}")
-        return f"git://sandbox.local/sandbox/{quote(f'refs/heads/{name}', safe='')}/{sha}"
-
-    def main(self, *args: str) -> str:
-        return self.git(*args, cwd=self.bare)
 
     def main_files(self) -> list[str]:
         return self.main("ls-tree", "-r", "--name-only", "main").splitlines()
@@ -121,7 +88,7 @@ class Sandbox:
 
 @pytest.fixture
 def sandbox(tmp_path: Path) -> Sandbox:
-    (tmp_path / "queues.yaml").write_text(QUEUES)
+    write_queues(tmp_path, QUEUES)
     return Sandbox(tmp_path)
 
 

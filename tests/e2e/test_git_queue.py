@@ -6,16 +6,13 @@ queues file); a working clone pushes feature branches to it.
 
 from __future__ import annotations
 
-import subprocess
-from collections.abc import Mapping
 from pathlib import Path
-from urllib.parse import quote
 
 import pytest
 
-from app.extensions.gitutil import git_env
 from tests.conftest import BACKENDS
 from tests.e2e.harness import serve
+from tests.gitfixtures import SANDBOX_KEY, GitSandbox, write_queues
 
 pytestmark = [
     pytest.mark.parametrize("database_url", BACKENDS, indirect=True),
@@ -37,55 +34,13 @@ queues:
 """
 
 
-class Repo:
-    def __init__(self, root: Path) -> None:
-        self.home = root / "home"
-        self.bare = root / "remote.git"
-        self.work = root / "work"
-        self.git("init", "--bare", "--quiet", "--initial-branch=main", str(self.bare), cwd=root)
-        self.git("clone", "--quiet", str(self.bare), str(self.work), cwd=root)
-        self.git("checkout", "--quiet", "-b", "main")
-        self.commit({"a.txt": "one\ntwo\nthree\n"}, "initial")
-        self.git("push", "--quiet", "origin", "main")
-
-    def git(self, *args: str, cwd: Path | None = None) -> str:
-        res = subprocess.run(["git", *args], cwd=cwd or self.work, env=git_env(self.home),
-                             capture_output=True, text=True, check=False, timeout=30)
-        assert res.returncode == 0, f"git {args}: {res.stderr}"
-        return res.stdout.strip()
-
-    def commit(self, files: Mapping[str, str], message: str) -> str:
-        for name, content in files.items():
-            path = self.work / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(content)
-        self.git("add", "-A")
-        self.git("commit", "--quiet", "-m", message)
-        return self.git("rev-parse", "HEAD")
-
-    def branch(self, name: str, files: Mapping[str, str], message: str) -> str:
-        """Commit on ``name`` (from the remote's main) and push; return the change URI."""
-        self.git("fetch", "--quiet", "origin")
-        self.git("checkout", "--quiet", "-B", name, "origin/main")
-        sha = self.commit(files, message)
-        self.git("push", "--quiet", "--force", "origin", f"HEAD:refs/heads/{name}")
-        return uri(name, sha)
-
-    def main(self, *args: str) -> str:
-        return self.git(*args, cwd=self.bare)
-
-
-def uri(branch: str, sha: str) -> str:
-    return f"git://sandbox.local/sandbox/{quote(f'refs/heads/{branch}', safe='')}/{sha}"
-
-
 @pytest.fixture
-def repo(tmp_path: Path) -> Repo:
-    (tmp_path / "queues.yaml").write_text(QUEUES)
-    return Repo(tmp_path)
+def repo(tmp_path: Path) -> GitSandbox:
+    write_queues(tmp_path, QUEUES)
+    return GitSandbox.seeded(tmp_path, SANDBOX_KEY)
 
 
-async def test_a_change_lands_on_main(database_url: str, tmp_path: Path, repo: Repo) -> None:
+async def test_a_change_lands_on_main(database_url: str, tmp_path: Path, repo: GitSandbox) -> None:
     change = repo.branch("feature", {"src/hello.txt": "hello\n"}, "Add hello")
     async with serve(database_url, tmp_path) as server:
         sqid = await server.land(change, queue="gitq")
@@ -96,7 +51,7 @@ async def test_a_change_lands_on_main(database_url: str, tmp_path: Path, repo: R
     assert "refs/heads/feature" in repo.main("log", "-1", "--format=%B", "main")
 
 
-async def test_a_moved_ref_is_stale(database_url: str, tmp_path: Path, repo: Repo) -> None:
+async def test_a_moved_ref_is_stale(database_url: str, tmp_path: Path, repo: GitSandbox) -> None:
     first = repo.branch("moving", {"src/a.txt": "a\n"}, "First")
     repo.commit({"src/a.txt": "b\n"}, "Second")  # the branch moves on after submission
     repo.git("push", "--quiet", "origin", "HEAD:refs/heads/moving")
@@ -109,7 +64,7 @@ async def test_a_moved_ref_is_stale(database_url: str, tmp_path: Path, repo: Rep
 
 
 async def test_a_conflict_ends_in_error_and_main_is_untouched(
-    database_url: str, tmp_path: Path, repo: Repo
+    database_url: str, tmp_path: Path, repo: GitSandbox
 ) -> None:
     change = repo.branch("clash", {"a.txt": "one\nTWO (branch)\nthree\n"}, "Change two")
     repo.git("checkout", "--quiet", "-B", "main", "origin/main")

@@ -14,7 +14,6 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import pytest
 
@@ -33,7 +32,7 @@ from app.extensions.factory import (
     prepare_repository,
     sandbox_test_script,
 )
-from app.extensions.gitutil import git_env
+from tests.gitfixtures import GitSandbox, change_uri
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -62,47 +61,15 @@ if os.path.exists("fail.txt"):
 """
 
 
-class Remote:
-    def __init__(self, root: Path) -> None:
-        self.home = root / "home"
-        self.bare = root / "remote.git"
-        self.work = root / "work"
-        self.git("init", "--bare", "--quiet", "--initial-branch=main", str(self.bare), cwd=root)
-        self.git("clone", "--quiet", str(self.bare), str(self.work), cwd=root)
-        self.git("checkout", "--quiet", "-b", "main")
-        self.commit({"a.txt": "one\ntwo\nthree\n"}, "initial")
-        self.git("push", "--quiet", "origin", "main")
-
-    def git(self, *args: str, cwd: Path | None = None) -> str:
-        res = subprocess.run(["git", *args], cwd=cwd or self.work, env=git_env(self.home),
-                             capture_output=True, text=True, check=False, timeout=30)
-        assert res.returncode == 0, f"git {args}: {res.stderr}"
-        return res.stdout.strip()
-
-    def commit(self, files: Mapping[str, str], message: str) -> str:
-        for name, content in files.items():
-            path = self.work / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(content)
-        self.git("add", "-A")
-        self.git("commit", "--quiet", "-m", message)
-        return self.git("rev-parse", "HEAD")
-
+class Remote(GitSandbox):
     def change(self, branch: str, files: Mapping[str, str], message: str = "change",
                base: str = "origin/main") -> str:
         """Commit on ``branch`` (from ``base``), push it, return its change URI."""
-        self.git("fetch", "--quiet", "origin")
-        self.git("checkout", "--quiet", "-B", branch, base)
-        sha = self.commit(files, message)
-        self.git("push", "--quiet", "--force", "origin", f"HEAD:refs/heads/{branch}")
-        return uri(branch, sha)
-
-    def tip(self) -> str:
-        return self.git("rev-parse", "main", cwd=self.bare)
+        return self.branch(branch, files, message, base)
 
 
 def uri(branch: str, sha: str) -> str:
-    return f"git://{KEY}/{quote('refs/heads/' + branch, safe='')}/{sha}"
+    return change_uri(KEY, branch, sha)
 
 
 def request(*head: str, base: tuple[str, ...] = (), attempt: int = 1) -> BuildRequest:
@@ -112,7 +79,7 @@ def request(*head: str, base: tuple[str, ...] = (), attempt: int = 1) -> BuildRe
 
 @pytest.fixture
 def remote(tmp_path: Path) -> Remote:
-    return Remote(tmp_path)
+    return Remote.seeded(tmp_path, KEY)
 
 
 @pytest.fixture

@@ -20,7 +20,6 @@ import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import pytest
 
@@ -39,6 +38,7 @@ from app.extensions.gitutil import (
     mirror_name,
 )
 from app.extensions.merger.git import GitMerger
+from tests.gitfixtures import GitSandbox
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -156,31 +156,8 @@ asyncio.run(modes[mode]())
 '''
 
 
-class Remote:
+class Remote(GitSandbox):
     """A bare ``remote.git`` with ``main`` and a working clone that pushes branches."""
-
-    def __init__(self, root: Path) -> None:
-        self.home = root / "home"
-        self.bare = root / "remote.git"
-        self.work = root / "clone"
-        self.git("init", "--bare", "--quiet", "--initial-branch=main", str(self.bare), cwd=root)
-        self.git("clone", "--quiet", str(self.bare), str(self.work), cwd=root)
-        self.git("checkout", "--quiet", "-b", "main")
-        self.commit({"a.txt": "one\n"}, "initial")
-        self.git("push", "--quiet", "origin", "main")
-
-    def git(self, *args: str, cwd: Path | None = None) -> str:
-        res = subprocess.run(["git", *args], cwd=cwd or self.work, env=git_env(self.home),
-                             capture_output=True, text=True, check=False, timeout=30)
-        assert res.returncode == 0, f"git {args}: {res.stderr}"
-        return res.stdout.strip()
-
-    def commit(self, files: Mapping[str, str], message: str) -> str:
-        for name, content in files.items():
-            (self.work / name).write_text(content)
-        self.git("add", "-A")
-        self.git("commit", "--quiet", "-m", message)
-        return self.git("rev-parse", "HEAD")
 
     def move_main(self, text: str) -> str:
         sha = self.commit({"main.txt": text}, f"main: {text}")
@@ -189,15 +166,14 @@ class Remote:
 
     def change(self, branch: str, files: Mapping[str, str]) -> str:
         self.git("checkout", "--quiet", "-B", branch, "main")
-        sha = self.commit(files, f"add {branch}")
-        self.git("push", "--quiet", "--force", "origin", f"HEAD:refs/heads/{branch}")
+        uri = self.push(branch, self.commit(files, f"add {branch}"))
         self.git("checkout", "--quiet", "main")
-        return f"git://{KEY}/{quote('refs/heads/' + branch, safe='')}/{sha}"
+        return uri
 
 
 @pytest.fixture
 def remote(tmp_path: Path) -> Remote:
-    return Remote(tmp_path)
+    return Remote.seeded(tmp_path, KEY, files={"a.txt": "one\n"}, work="clone")
 
 
 class Children:
