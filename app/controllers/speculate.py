@@ -38,7 +38,7 @@ without its head merging, the budget exceeded) is rejected: nothing is written.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -95,6 +95,10 @@ class Snapshot:
 
     def changed(self, head: str) -> bool:
         return tuple(self.entries.get(head, [])) != self.sets[head].entries
+
+    def dirty(self, heads: Iterable[str]) -> list[str]:
+        """Heads whose entries differ from their stored path set."""
+        return [h for h in heads if h in self.sets and self.changed(h)]
 
 
 class SpeculateController:
@@ -250,7 +254,7 @@ class SpeculateController:
                                     partition_key=snap.queue,
                                     message_id=unique_id(f"{d.head}/recover"))
         now = self.deps.now()
-        dirty = [h for h in snap.entries if h in snap.sets and snap.changed(h)]
+        dirty = snap.dirty(snap.entries)
         if not dirty and not changed:
             return
         async with self.deps.db.write() as s:
@@ -288,7 +292,7 @@ class SpeculateController:
         snap.sets[head] = new
 
     async def _save_sets(self, snap: Snapshot, heads: Sequence[str]) -> None:
-        dirty = [h for h in heads if h in snap.sets and snap.changed(h)]
+        dirty = snap.dirty(heads)
         if dirty:
             async with self.deps.db.write() as s:
                 for h in dirty:
