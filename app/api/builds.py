@@ -3,9 +3,12 @@
 | Route | Answer |
 |---|---|
 | ``GET /api/v1/builds/{build_id}/log`` | 200 ``text/plain``: the log so far (the last MiB), also while the build runs; 404 JSON for a build no runner of ours keeps (fake builds) |
-| ``POST /api/v1/builds/{build_id}/status`` | CI reports a webhook build's status: 204; 401 bad or missing ``X-SubmitQueue-Signature``; 404 not a webhook build; 409 contradicts a verdict already recorded; 422 a body that is not ``{status, log_url?, detail?}`` |
+| ``POST /api/v1/builds/{build_id}/status`` | CI reports a webhook build's status: 204 (also for a repeat of the verdict already recorded); 401 missing, malformed, retired ``sha256=``, stale (more than 300 s off) or not matching ``X-SubmitQueue-Signature``; 404 not a webhook build; 409 contradicts a verdict already recorded; 422 a body that is not ``{status, log_url?, detail?}`` |
 
-The signature is checked over the raw body before the body is read as JSON.
+The signature (``t=<unix s>,v1=<HMAC-SHA256 of "<t>.<build_id>.<raw body>">``,
+``app/extensions/builds/signature.py``) is checked for the build id of the URL over
+the raw body, before the body is read as JSON: a report signed for another build is
+refused.
 
 Needs ``app.state.runtime`` with ``extensions`` (``ExtensionRegistry``: its
 ``build_store`` and each queue's runner).
@@ -23,12 +26,8 @@ from fastapi.responses import PlainTextResponse
 from app.api.errors import error_response
 from app.domain.errors import NotFound
 from app.extensions.base import BuildStore, QueueExtensions
-from app.extensions.builds.webhook import (
-    SIGNATURE_HEADER,
-    BadSignature,
-    CallbackBody,
-    WebhookBuildRunner,
-)
+from app.extensions.builds.signature import FORMAT, SIGNATURE_HEADER, BadSignature
+from app.extensions.builds.webhook import CallbackBody, WebhookBuildRunner
 
 router = APIRouter(prefix="/api/v1/builds", tags=["builds"])
 
@@ -96,7 +95,8 @@ async def build_log(build_id: BuildId, runtime: Runtime) -> PlainTextResponse:
     response_class=Response,
     responses={
         204: {"description": "recorded"},
-        401: {**_ERROR, "description": f"{SIGNATURE_HEADER} missing or wrong"},
+        401: {**_ERROR, "description": f"{SIGNATURE_HEADER} missing, malformed, stale or "
+                                       f"wrong; expected {FORMAT}"},
         404: {**_ERROR, "description": "not a webhook build of this server"},
         409: {**_ERROR, "description": "the build already ended with another status"},
         422: {**_ERROR, "description": "the body is not a status report"},

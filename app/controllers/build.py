@@ -8,6 +8,7 @@ controller only creates the ``Build`` row and the write-once (path, attempt) lin
 | batch halted | superseded | ack (nothing is started for a cancelled or finished batch) |
 | no path set, no entry, or another attempt | superseded | ack |
 | entry ``pending``, no link | before | trigger the build (base = the path's ``succeeds`` dependencies' changes, then the head's); store it ``accepted``; link it (a concurrent trigger that linked first wins: both builds are signalled, the loser is cancelled as unwanted); publish ``buildsignal`` |
+| entry ``pending``, no link, trigger already sent (a redelivery after a lost reply, a retryable error, or a crash before the link) | before | the same: the request names the same (queue, path, attempt, batch creation time), so a runner with external builds (webhook) derives the same build id, resends the same ``Idempotency-Key`` (or nothing, once CI reported) and starts no second job; the create and the link are insert-if-absent |
 | entry live, link exists | at | re-signal the linked build (same id) |
 | entry terminal | beyond | ack |
 | batch missing | invalid | raise ``NotFound`` |
@@ -68,7 +69,7 @@ class BuildController(StageController):
         head_changes = tuple(u for m in batch.contains for u in members[m].change_uris)
         return BuildRequest(queue=batch.queue, batch_id=batch.id, path_id=msg.path_id,
                             attempt=msg.attempt, base_changes=base_changes,
-                            head_changes=head_changes)
+                            head_changes=head_changes, batch_created_at_ms=batch.created_at_ms)
 
     async def _signal(self, queue: str, build_id: str) -> None:
         await self.deps.publish(BUILDSIGNAL, EntityMsg(id=build_id, queue=queue),

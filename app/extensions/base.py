@@ -8,6 +8,7 @@ those as retryable.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -47,7 +48,12 @@ class ConflictAnalyzer(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class BuildRequest:
-    """Build the head batch's changes on top of the base changes (assumed to land)."""
+    """Build the head batch's changes on top of the base changes (assumed to land).
+
+    ``batch_created_at_ms`` is the head batch's creation time: with the queue, the path
+    and the attempt it names this one build across database lifetimes (a database that
+    is reset numbers its batches, hence its paths, from 1 again).
+    """
 
     queue: str
     batch_id: str
@@ -55,10 +61,20 @@ class BuildRequest:
     attempt: int
     base_changes: tuple[str, ...]
     head_changes: tuple[str, ...]
+    batch_created_at_ms: int = 0
 
     @property
     def idempotency_key(self) -> str:
-        return f"{self.queue}:{self.path_id}:{self.attempt}"
+        """The same for every trigger of one (queue, path, attempt): a redelivered
+        trigger carries it again, a new attempt gets a new one. ASCII, no spaces (queue
+        names are ``[A-Za-z0-9._-]``, path ids hex), so it fits an HTTP header."""
+        return f"{self.queue}:{self.path_id}:{self.attempt}:{self.batch_created_at_ms}"
+
+    def build_id(self, prefix: str) -> str:
+        """A build id derived from ``idempotency_key``: ``<prefix>-<32 hex>``, unique per
+        queue, path and attempt, and a valid URL path segment."""
+        digest = hashlib.sha256(self.idempotency_key.encode()).hexdigest()[:32]
+        return f"{prefix}-{digest}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +86,14 @@ class BuildReport:
 
 class BuildRunner(Protocol):
     async def trigger(self, request: BuildRequest) -> str:
-        """Start a build promptly and return its id (unique per trigger)."""
+        """Start a build promptly and return its id.
+
+        The queue may deliver a trigger more than once (a lost reply, a crash before the
+        build was linked). A runner whose build lives outside this process (webhook)
+        must then start no second build: it derives the id from the request
+        (``request.build_id``), records the trigger before its external call, and
+        returns the same id for the same ``idempotency_key``. Ids are unique across
+        queues and attempts and match ``[A-Za-z0-9._-]{1,200}``."""
         ...
 
     async def status(self, build_id: str) -> BuildReport: ...

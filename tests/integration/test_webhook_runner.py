@@ -1,108 +1,61 @@
 """The webhook build runner against a real HTTP "CI" served in the test, and CI's signed
-status callback through the real app: trigger body and signature, retryable and
-permanent trigger errors, the verdict timeout, and every answer of the callback."""
+status callback through the real app: trigger body, signature and idempotency key,
+retryable and permanent trigger errors, a trigger sent again after a lost reply (one CI
+job), the verdict timeout, and every answer of the callback. Forged and replayed
+callbacks: tests/security/test_webhook_signature.py."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+import re
+import time
+from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 import pytest
-import uvicorn
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse
-from starlette.routing import Route
 
 from app.db.engine import Database
+from app.db.repos import speculation as spec_repo
 from app.db.repos.build_runs import SqlBuildStore
 from app.domain.errors import ValidationError
 from app.domain.queue_config import QueueConfig
 from app.domain.states import BuildStatus
 from app.extensions.base import BuildRequest
+from app.extensions.builds.signature import SIGNATURE_HEADER, BadSignature, verify
 from app.extensions.builds.webhook import (
-    SIGNATURE_HEADER,
+    IDEMPOTENCY_HEADER,
     BuildTriggerRefused,
     WebhookBuildRunner,
-    sign,
-    signature_ok,
 )
 from app.extensions.factory import build_extensions
 from app.queue import classify
+from tests.ci_standin import CI, SECRET, running_ci, signed, webhook_queues
 from tests.conftest import BACKENDS
-from tests.e2e.harness import Server, change, free_port, serve
+from tests.e2e.harness import change, free_port, serve
 
 pytestmark = pytest.mark.timeout(60)
 
-SECRET = "a-shared-secret-of-some-length"
 REQ = BuildRequest(queue="ciq", batch_id="ciq/batch/1", path_id="p1", attempt=2,
                    base_changes=("git://h/r/refs%2Fheads%2Fa/" + "a" * 40,),
-                   head_changes=("git://h/r/refs%2Fheads%2Fb/" + "b" * 40,))
-
-
-@dataclass
-class CI:
-    """A CI service on a real port: records triggers, answers ``answer``, and (when
-    ``server`` is set) reports each build's verdict to its callback URL."""
-
-    answer: int = 202
-    verdict: Callable[[dict[str, Any]], str] = lambda body: "succeeded"
-    server: Server | None = None
-    received: list[tuple[bytes, dict[str, str]]] = field(default_factory=list)
-    callbacks: list[int] = field(default_factory=list)
-    url: str = ""
-    tasks: set[asyncio.Task[None]] = field(default_factory=set)
-
-    async def hook(self, request: Request) -> JSONResponse:
-        body = await request.body()
-        self.received.append((body, dict(request.headers)))
-        if self.server is not None and self.answer < 300:
-            task = asyncio.create_task(self.report(json.loads(body)))
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
-        return JSONResponse({"queued": True} if self.answer < 300 else {"error": "nope"},
-                            status_code=self.answer)
-
-    async def report(self, trigger: dict[str, Any]) -> None:
-        assert self.server is not None
-        path = urlsplit(trigger["callback_url"]).path
-        verdict = self.verdict(trigger)
-        for report in ({"status": "running"},
-                       {"status": verdict, "log_url": f"https://ci.example/logs/{trigger['build_id']}",
-                        "detail": f"CI says {verdict}"}):
-            await asyncio.sleep(0.05)
-            body = json.dumps(report).encode()
-            r = await self.server.client.post(path, content=body, headers={
-                "content-type": "application/json", SIGNATURE_HEADER: sign(SECRET.encode(), body)})
-            self.callbacks.append(r.status_code)
+                   head_changes=("git://h/r/refs%2Fheads%2Fb/" + "b" * 40,),
+                   batch_created_at_ms=1_700_000_000_000)
 
 
 @pytest.fixture
 async def ci() -> AsyncIterator[CI]:
-    service = CI()
-    app = Starlette(routes=[Route("/hook", service.hook, methods=["POST"])])
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None,
-                                           lifespan="off", log_level="warning"))
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        if task.done():
-            task.result()
-        await asyncio.sleep(0.02)
-    service.url = f"http://127.0.0.1:{port}/hook"
-    try:
+    async with running_ci() as service:
         yield service
-    finally:
-        for t in list(service.tasks):
-            t.cancel()
-        server.should_exit = True
-        await task
+
+
+async def wait_for(condition: Any, what: str, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout}s"
+        await asyncio.sleep(0.02)
 
 
 @pytest.fixture
@@ -122,33 +75,58 @@ def runner(store: SqlBuildStore, url: str, **kw: Any) -> WebhookBuildRunner:
 # ---------------------------------------------------------------- trigger
 
 
-async def test_trigger_posts_the_facts_signed_with_the_queue_secret(
+async def test_trigger_posts_the_facts_signed_for_the_build_with_its_idempotency_key(
     ci: CI, store: SqlBuildStore
 ) -> None:
+    before = int(time.time())
     build_id = await runner(store, ci.url).trigger(REQ)
+    assert build_id == REQ.build_id("wh")
     [(body, headers)] = ci.received
+    assert ci.refused == []  # the CI stand-in verified the signature for this build
     assert json.loads(body) == {
         "build_id": build_id, "queue": "ciq", "batch_id": "ciq/batch/1", "path_id": "p1",
         "attempt": 2, "base_changes": list(REQ.base_changes),
         "head_changes": list(REQ.head_changes),
         "callback_url": f"https://sq.example/api/v1/builds/{build_id}/status"}
+    assert headers[IDEMPOTENCY_HEADER.lower()] == REQ.idempotency_key == (
+        "ciq:p1:2:1700000000000")
     signature = headers[SIGNATURE_HEADER.lower()]
-    assert signature == "sha256=" + __import__("hmac").new(
-        SECRET.encode(), body, "sha256").hexdigest()
-    assert signature_ok(SECRET.encode(), body, signature)
-    assert not signature_ok(SECRET.encode(), body + b" ", signature)
-    assert not signature_ok(b"another secret", body, signature)
+    t = int(signature.split(",")[0].removeprefix("t="))
+    assert before <= t <= time.time()
+    mac = __import__("hmac").new(SECRET.encode(), f"{t}.{build_id}.".encode() + body,
+                                 "sha256").hexdigest()
+    assert signature == f"t={t},v1={mac}"
+    assert verify(SECRET.encode(), build_id, body, signature, now_s=time.time()) == t
+    for other_build, other_body, key in ((build_id, body + b" ", SECRET),
+                                         ("wh-another", body, SECRET),
+                                         (build_id, body, "another secret")):
+        with pytest.raises(BadSignature):
+            verify(key.encode(), other_build, other_body, signature, now_s=time.time())
     run = await store.get(build_id)
     assert run is not None and run.status is BuildStatus.ACCEPTED and run.runner == "webhook"
 
 
-async def test_a_5xx_is_retryable_and_a_4xx_is_permanent_without_leaking_credentials(
+def test_build_ids_are_one_per_queue_path_attempt_and_database_lifetime() -> None:
+    pattern = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
+    variants = [REQ, replace(REQ, attempt=3), replace(REQ, path_id="p2"),
+                replace(REQ, queue="ciq2"), replace(REQ, batch_created_at_ms=1),
+                replace(REQ, queue="ciq:p1", path_id="2")]
+    ids = [r.build_id("wh") for r in variants]
+    assert len(set(ids)) == len(ids)
+    assert all(pattern.match(i) and i.startswith("wh-") for i in ids)
+    # the changes do not name the build: a redelivered trigger names the same one
+    assert replace(REQ, head_changes=()).build_id("wh") == REQ.build_id("wh")
+
+
+async def test_a_5xx_is_retried_as_the_same_build_a_4xx_is_permanent_and_hides_credentials(
     ci: CI, store: SqlBuildStore
 ) -> None:
     ci.answer = 503
     with pytest.raises(httpx.HTTPStatusError) as retry:
         await runner(store, ci.url).trigger(REQ)
     assert classify(retry.value) is True
+    run = await store.get(REQ.build_id("wh"))
+    assert run is not None and run.status is BuildStatus.ACCEPTED  # kept for the retry
 
     ci.answer = 403
     url = ci.url.replace("http://", "http://robot:hunter2@") + "?token=t0psecret"
@@ -158,31 +136,66 @@ async def test_a_5xx_is_retryable_and_a_4xx_is_permanent_without_leaking_credent
     message = str(refused.value)
     assert "HTTP 403" in message and ci.url in message and "build_runner.url" in message
     assert "hunter2" not in message and "t0psecret" not in message
-    # both runs are on record as errored, with the CI's answer
-    runs = [json.loads(b)["build_id"] for b, _ in ci.received]
-    for build_id in runs:
-        run = await store.get(build_id)
-        assert run is not None and run.status is BuildStatus.ERRORED
+    # the retry was the same build, same key; the refusal ended it, with the CI's answer
+    assert {json.loads(b)["build_id"] for b, _ in ci.received} == {REQ.build_id("wh")}
+    assert {h[IDEMPOTENCY_HEADER.lower()] for _, h in ci.received} == {REQ.idempotency_key}
+    run = await store.get(REQ.build_id("wh"))
+    assert run is not None and run.status is BuildStatus.ERRORED
+    assert "HTTP 403" in run.detail
+    assert await runner(store, ci.url).trigger(REQ) == REQ.build_id("wh")  # ended: no resend
+    assert len(ci.received) == 2
 
 
-async def test_an_unreachable_ci_is_retryable(store: SqlBuildStore) -> None:
+async def test_an_unreachable_ci_is_retryable_and_the_retry_sends_the_same_build(
+    ci: CI, store: SqlBuildStore
+) -> None:
     with pytest.raises(httpx.ConnectError) as info:
         await runner(store, f"http://127.0.0.1:{free_port()}/hook").trigger(REQ)
     assert classify(info.value) is True
+    # recorded before the call; the retry (here: once CI is reachable) reuses it
+    assert await runner(store, ci.url).trigger(REQ) == REQ.build_id("wh")
+    [(body, headers)] = ci.received
+    assert json.loads(body)["build_id"] == REQ.build_id("wh")
+    assert headers[IDEMPOTENCY_HEADER.lower()] == REQ.idempotency_key
+
+
+async def test_a_lost_reply_is_resent_with_the_same_key_until_ci_reports_then_never(
+    ci: CI, store: SqlBuildStore
+) -> None:
+    ci.reply_delay_s = 1.0
+    slow = runner(store, ci.url, request_timeout_s=0.2)
+    with pytest.raises(httpx.TimeoutException) as info:
+        await slow.trigger(REQ)
+    assert classify(info.value) is True
+    assert await slow.trigger(REQ) == REQ.build_id("wh")  # the CI knows the key: 200
+    assert len(ci.received) == 2 and len(ci.jobs) == 1
+    assert [json.loads(b)["build_id"] for b, _ in ci.received] == [REQ.build_id("wh")] * 2
+    body = json.dumps({"status": "running"}).encode()
+    await slow.accept_callback(REQ.build_id("wh"), body, signed(REQ.build_id("wh"), body)[
+        SIGNATURE_HEADER])
+    assert await slow.trigger(REQ) == REQ.build_id("wh")  # CI reported: nothing is sent
+    assert len(ci.received) == 2
+    log = await store.get_log(REQ.build_id("wh")) or ""
+    assert "could not reach CI" in log and "sending the trigger again" in log
 
 
 async def test_no_verdict_in_time_is_errored_and_cancel_is_recorded(
     ci: CI, store: SqlBuildStore
 ) -> None:
     quick = runner(store, ci.url, timeout_s=0.3)
+    now = [time.time_ns() // 1_000_000]  # the CI checks the trigger's signature time
+    quick.clock = lambda: now[0]
     build_id = await quick.trigger(REQ)
     assert (await quick.status(build_id)).status is BuildStatus.ACCEPTED
-    await asyncio.sleep(0.4)
+    now[0] += 300
+    assert (await quick.status(build_id)).status is BuildStatus.ACCEPTED
+    now[0] += 1
     report = await quick.status(build_id)
     assert (report.status, report.detail) == (
         BuildStatus.ERRORED, "no verdict from CI within 0.3s of the trigger")
 
-    other = await quick.trigger(REQ)
+    other = await quick.trigger(replace(REQ, attempt=3))  # the path's next attempt
+    assert other != build_id
     await quick.cancel(other)
     assert (await quick.status(other)).status is BuildStatus.CANCELLED
 
@@ -202,18 +215,6 @@ def test_a_missing_secret_is_a_clear_start_up_error(monkeypatch: pytest.MonkeyPa
 
 
 # ---------------------------------------------------------------- through the app
-
-
-def webhook_queues(ci: CI) -> str:
-    return f"""\
-queues:
-  - name: ciq
-    change_provider: {{type: fake}}
-    merger: {{type: fake}}
-    conflict_analyzer: {{type: pathoverlap, by: directory}}
-    build_runner: {{type: webhook, url: "{ci.url}", secret_env: SQ_WEBHOOK_SECRET_CIQ,
-                   timeout_s: 60}}
-"""
 
 
 @pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
@@ -262,14 +263,15 @@ async def test_the_callback_refuses_what_it_must(
             body = report if isinstance(report, bytes) else json.dumps(report).encode()
             headers = {"content-type": "application/json"}
             if signature == "sign":
-                headers[SIGNATURE_HEADER] = sign(SECRET.encode(), body)
+                headers[SIGNATURE_HEADER] = signed(build_id, body)[SIGNATURE_HEADER]
             elif signature is not None:
                 headers[SIGNATURE_HEADER] = signature
             return await server.client.post(where, content=body, headers=headers)
 
         r = await post({"status": "failed"}, signature=None)
         assert r.status_code == 401 and r.json()["error"]["code"] == "bad_signature"
-        r = await post({"status": "failed"}, signature=sign(b"wrong secret", b"{}"))
+        r = await post({"status": "failed"},
+                       signature=signed(build_id, b"{}", secret="wrong secret")[SIGNATURE_HEADER])
         assert r.status_code == 401
         r = await post({"status": "succeeded"}, where="/api/v1/builds/wh-nope/status")
         assert r.status_code == 404 and "wh-nope" in r.json()["error"]["message"]
@@ -291,3 +293,35 @@ async def test_the_callback_refuses_what_it_must(
 
         r = await server.client.get("/api/v1/builds/nope/log")
         assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+async def test_ci_accepts_but_the_reply_is_lost_one_ci_job_and_its_callback_lands_the_request(
+    database_url: str, tmp_path: Path, ci: CI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CI takes the job, its answer never arrives in time; the queue retries the
+    trigger: same build id, same Idempotency-Key, so still one job, whose signed verdict
+    is accepted and lands the request."""
+    monkeypatch.setenv("SQ_WEBHOOK_SECRET_CIQ", SECRET)
+    (tmp_path / "queues.yaml").write_text(webhook_queues(ci))
+    ci.reply_delay_s = 1.5
+    async with serve(database_url, tmp_path) as server:
+        runner = server.runtime.extensions.for_queue("ciq").runner
+        assert isinstance(runner, WebhookBuildRunner)
+        runner.request_timeout_s = 0.3  # shorter than the CI's reply: the answer is lost
+        sqid = await server.land(change("lostreply", files="a/x.py"), queue="ciq")
+        await wait_for(lambda: len(ci.received) >= 2, "the trigger sent again")
+        assert len(ci.jobs) == 1
+        [job] = ci.jobs.values()
+        build_id = job["build_id"]
+        assert [json.loads(b)["build_id"] for b, _ in ci.received] == [build_id, build_id]
+        keys = {h[IDEMPOTENCY_HEADER.lower()] for _, h in ci.received}
+        assert len(keys) == 1 and ci.refused == []
+        ci.server = server
+        await ci.report(job)  # the one job reports: running, then succeeded
+        assert ci.callbacks == [204, 204]
+        assert await server.wait_terminal(sqid) == "landed"
+        assert len(ci.jobs) == 1 and len(ci.received) == 2
+        async with server.runtime.db.read() as s:
+            build = await spec_repo.get_build(s, queue="ciq", id=build_id)
+        assert build.status is BuildStatus.SUCCEEDED

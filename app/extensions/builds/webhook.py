@@ -8,28 +8,36 @@ Trigger: ``POST <url>`` with the JSON body
  "callback_url": "<public_url>/api/v1/builds/wh-.../status"}
 ```
 
-and the header ``X-SubmitQueue-Signature: sha256=<hex HMAC-SHA256 of the raw body>``
-keyed with the queue's secret. Any 2xx accepts the build. A connection error, a
-timeout, 408, 429 or 5xx is retryable (the error propagates and the queue tries
-again, with a new build id); any other status is permanent (``BuildTriggerRefused``,
-which dead-letters the build and fails its batch with the CI's answer).
+and the headers ``X-SubmitQueue-Signature: t=<unix s>,v1=<hex HMAC-SHA256 of
+"<t>.<build_id>.<raw body>">`` keyed with the queue's secret (``signature.py``) and
+``Idempotency-Key: <BuildRequest.idempotency_key>``.
+
+One build per (queue, path, attempt): the build id is derived from the request's
+idempotency key (``BuildRequest.build_id``) and the run is recorded ``accepted``
+*before* the POST. So a trigger sent again — the queue redelivers the ``build``
+message after a timeout, a lost reply, a 5xx or a crash before or after the POST —
+carries the same build id, body and ``Idempotency-Key``, and the CI starts no
+second job; once CI has reported on the build (or it ended) nothing is sent again.
+Any 2xx accepts the build. A connection error, a timeout, 408, 409 (the CI is still
+handling the same key), 429 or 5xx is retryable (the error propagates and the queue
+tries again); any other status is permanent (``BuildTriggerRefused``, which
+dead-letters the build and fails its batch with the CI's answer).
 
 Result: the CI calls ``POST <callback_url>`` with ``{"status": "running" | "succeeded"
 | "failed" | "cancelled" | "errored", "log_url": "...", "detail": "..."}`` (the last
-two optional), signed the same way over the raw body (``accept_callback``). The first
-terminal status stands; repeating it is accepted, contradicting it is refused. A build
-with no verdict ``timeout_s`` after its trigger reports ``errored`` (its path gets a
-new attempt). ``cancel()`` records ``cancelled`` at once; the protocol has no way to
-stop the CI job, whose later callbacks are then refused.
+two optional), signed the same way for *that* build id (``accept_callback``): a
+report signed for another build, or more than 300 s from now, is refused before the
+body is read. The first terminal status stands; repeating it is accepted, contradicting
+it is refused. A build with no verdict ``timeout_s`` after its trigger was first
+recorded reports ``errored`` (its path gets a new attempt, hence a new build id).
+``cancel()`` records ``cancelled`` at once; the protocol has no way to stop the CI
+job, whose later callbacks are then refused.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import time
-import uuid
 from typing import Literal
 from urllib.parse import urlsplit
 
@@ -40,8 +48,12 @@ from app.domain.build_run import BuildRun
 from app.domain.errors import InvalidState, NotFound, SubmitQueueError
 from app.domain.states import BuildStatus
 from app.extensions.base import BuildReport, BuildRequest, BuildStore
+from app.extensions.builds.signature import SIGNATURE_HEADER, BadSignature, sign, verify
 
-SIGNATURE_HEADER = "X-SubmitQueue-Signature"
+__all__ = ["IDEMPOTENCY_HEADER", "SIGNATURE_HEADER", "BadSignature", "BuildTriggerRefused",
+           "CallbackBody", "WebhookBuildRunner", "sign"]
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
 REQUEST_TIMEOUT_S = 10.0
 
 
@@ -49,12 +61,6 @@ class BuildTriggerRefused(SubmitQueueError):
     """The CI answered the trigger with a permanent error (e.g. 401, 404)."""
 
     code = "build_trigger_refused"
-
-
-class BadSignature(SubmitQueueError):
-    """A callback's ``X-SubmitQueue-Signature`` is missing or does not match its body."""
-
-    code = "bad_signature"
 
 
 class CallbackBody(BaseModel):
@@ -76,19 +82,6 @@ class CallbackBody(BaseModel):
             if parts.scheme not in ("http", "https") or not parts.netloc:
                 raise ValueError("log_url must be an http:// or https:// URL")
         return v
-
-
-def sign(secret: bytes, body: bytes) -> str:
-    """The signature header value of ``body``: ``sha256=<hex HMAC-SHA256>``."""
-    return "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
-
-
-def signature_ok(secret: bytes, body: bytes, header: str | None) -> bool:
-    """Constant-time check of a signature header against ``body``."""
-    if not header:
-        return False
-    return hmac.compare_digest(header.strip().encode("utf-8", "replace"),
-                               sign(secret, body).encode())
 
 
 def shown(url: str) -> str:
@@ -131,16 +124,24 @@ class WebhookBuildRunner:
     def callback_url(self, build_id: str) -> str:
         return f"{self.public_url}/api/v1/builds/{build_id}/status"
 
-    def sign(self, body: bytes) -> str:
-        return sign(self._secret, body)
+    def sign(self, build_id: str, body: bytes) -> str:
+        """The signature header value for ``body`` sent for ``build_id`` now."""
+        return sign(self._secret, build_id, body, t=self.clock() // 1000)
 
     async def trigger(self, request: BuildRequest) -> str:
-        build_id = f"wh-{uuid.uuid4().hex}"
-        now = self.clock()
-        await self.store.create(BuildRun(
-            id=build_id, queue=request.queue, runner="webhook", batch_id=request.batch_id,
-            path_id=request.path_id, attempt=request.attempt, status=BuildStatus.ACCEPTED,
-            heartbeat_ms=now, created_at_ms=now, updated_at_ms=now))
+        build_id = request.build_id("wh")
+        run = await self.store.get(build_id)
+        if run is None:
+            now = self.clock()
+            await self.store.create(BuildRun(
+                id=build_id, queue=request.queue, runner="webhook", batch_id=request.batch_id,
+                path_id=request.path_id, attempt=request.attempt, status=BuildStatus.ACCEPTED,
+                heartbeat_ms=now, created_at_ms=now, updated_at_ms=now))
+        elif run.status is not BuildStatus.ACCEPTED:
+            return build_id  # CI has reported on it, or it ended: the job exists; send nothing
+        else:
+            await self._say(build_id, "sending the trigger again (same build id and "
+                            f"{IDEMPOTENCY_HEADER}: the CI must not start a second job)")
         body = json.dumps({
             "build_id": build_id, "queue": request.queue, "batch_id": request.batch_id,
             "path_id": request.path_id, "attempt": request.attempt,
@@ -149,7 +150,8 @@ class WebhookBuildRunner:
             "callback_url": self.callback_url(build_id),
         }, separators=(",", ":")).encode()
         headers = {"content-type": "application/json", "user-agent": "SubmitQueue",
-                   SIGNATURE_HEADER: self.sign(body)}
+                   IDEMPOTENCY_HEADER: request.idempotency_key,
+                   SIGNATURE_HEADER: self.sign(build_id, body)}
         where = shown(self.url)
         try:
             if self._client is not None:
@@ -159,18 +161,20 @@ class WebhookBuildRunner:
                 async with httpx.AsyncClient(timeout=self.request_timeout_s) as client:
                     response = await client.post(self.url, content=body, headers=headers)
         except httpx.HTTPError as exc:
-            await self._end(build_id, BuildStatus.ERRORED,
-                            f"could not reach CI at {where}: {type(exc).__name__}")
+            # the CI may have the job (a lost reply): keep the run, the retry resends it
+            await self._say(build_id, f"could not reach CI at {where}: {type(exc).__name__}; "
+                            "the trigger will be sent again")
             raise
         if response.is_success:
             await self._say(build_id, f"sent to CI at {where}: HTTP {response.status_code}")
             return build_id
         answer = " ".join(response.text.split())[:300]
         detail = f"CI at {where} answered HTTP {response.status_code} to the trigger: {answer}"
-        await self._end(build_id, BuildStatus.ERRORED, detail)
         code = response.status_code
-        if code in (408, 429) or (code >= 500 and code not in (501, 505)):
+        if code in (408, 409, 429) or (code >= 500 and code not in (501, 505)):
+            await self._say(build_id, f"{detail}; the trigger will be sent again")
             response.raise_for_status()  # retryable: the queue tries again
+        await self._end(build_id, BuildStatus.ERRORED, detail)
         raise BuildTriggerRefused(f"{detail}; check build_runner.url of queue {self.queue!r} "
                                   "and the CI's webhook configuration")
 
@@ -193,16 +197,14 @@ class WebhookBuildRunner:
     async def accept_callback(self, build_id: str, body: bytes, signature: str | None) -> None:
         """Record a signed status report from CI.
 
-        Raises ``NotFound`` (not a webhook build of this queue), ``BadSignature``,
-        pydantic's ``ValidationError`` (a body that is not a ``CallbackBody``) or
+        Raises ``NotFound`` (not a webhook build of this queue), ``BadSignature`` (checked
+        before the body is read: missing, malformed, stale, or signed for another build or
+        body), pydantic's ``ValidationError`` (a body that is not a ``CallbackBody``) or
         ``InvalidState`` (the build already ended with another status)."""
         run = await self.store.get(build_id)
         if run is None or run.runner != "webhook" or run.queue != self.queue:
             raise NotFound(f"build {build_id!r} is not a webhook build of queue {self.queue!r}")
-        if not signature_ok(self._secret, body, signature):
-            raise BadSignature(
-                f"the {SIGNATURE_HEADER} header is missing or does not match the body; sign "
-                "the exact body bytes: sha256=<hex HMAC-SHA256 keyed with the queue's secret>")
+        verify(self._secret, build_id, body, signature, now_s=self.clock() / 1000)
         report = CallbackBody.model_validate_json(body)
         status = BuildStatus(report.status)
         if run.status.terminal:
