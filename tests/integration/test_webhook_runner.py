@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -325,3 +326,44 @@ async def test_ci_accepts_but_the_reply_is_lost_one_ci_job_and_its_callback_land
         async with server.runtime.db.read() as s:
             build = await spec_repo.get_build(s, queue="ciq", id=build_id)
         assert build.status is BuildStatus.SUCCEEDED
+
+
+def docs_example(kind: str) -> str:
+    """The code block of docs/builds.md after ``<!-- ci-example:<kind> -->``."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "builds.md").read_text()
+    block = text.split(f"<!-- ci-example:{kind} -->\n", 1)[1].split("```", 2)[1]
+    return block.split("\n", 1)[1]
+
+
+async def test_the_ci_examples_in_the_docs_verify_a_real_trigger_and_report_a_verdict(
+    database_url: str, tmp_path: Path, ci: CI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SQ_WEBHOOK_SECRET_CIQ", SECRET)
+    (tmp_path / "queues.yaml").write_text(webhook_queues(ci))
+    scope: dict[str, Any] = {}
+    exec(compile(docs_example("python"), "docs/builds.md", "exec"), scope)
+    async with serve(database_url, tmp_path) as server:
+        sqid = await server.land(change("docs", files="a/x.py"), queue="ciq")
+        await wait_for(lambda: ci.received, "a trigger")
+        body, headers = ci.received[0]
+        header = headers[SIGNATURE_HEADER.lower()]
+        trigger = scope["verify_trigger"](SECRET.encode(), body, header)
+        assert trigger["build_id"] == json.loads(body)["build_id"]
+        for forged in (body.replace(b'"attempt":1', b'"attempt":2'), body + b" "):
+            with pytest.raises(PermissionError):
+                scope["verify_trigger"](SECRET.encode(), forged, header)
+        with pytest.raises(PermissionError):
+            scope["verify_trigger"](b"another secret", body, header)
+
+        proc = await asyncio.create_subprocess_exec(
+            "bash", "-euc", docs_example("shell"), stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, env={
+                "PATH": "/usr/bin:/bin", "SQ_SECRET": SECRET,
+                "build_id": trigger["build_id"],
+                "callback_url": server.base_url + urlsplit(trigger["callback_url"]).path})
+        out, err = await proc.communicate()
+        assert proc.returncode == 0, (out, err)
+        assert await server.wait_terminal(sqid) == "error"
+        run = await server.runtime.extensions.build_store.get(trigger["build_id"])
+        assert run is not None and (run.status, run.detail, run.log_url) == (
+            BuildStatus.FAILED, "3 tests failed", "https://ci.example/runs/42")
