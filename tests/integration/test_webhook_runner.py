@@ -168,6 +168,7 @@ async def test_a_lost_reply_is_resent_with_the_same_key_until_ci_reports_then_ne
     with pytest.raises(httpx.TimeoutException) as info:
         await slow.trigger(REQ)
     assert classify(info.value) is True
+    slow.request_timeout_s = 10.0
     assert await slow.trigger(REQ) == REQ.build_id("wh")  # the CI knows the key: 200
     assert len(ci.received) == 2 and len(ci.jobs) == 1
     assert [json.loads(b)["build_id"] for b, _ in ci.received] == [REQ.build_id("wh")] * 2
@@ -311,6 +312,8 @@ async def test_ci_accepts_but_the_reply_is_lost_one_ci_job_and_its_callback_land
         assert isinstance(runner, WebhookBuildRunner)
         runner.request_timeout_s = 0.3  # shorter than the CI's reply: the answer is lost
         sqid = await server.land(change("lostreply", files="a/x.py"), queue="ciq")
+        await wait_for(lambda: ci.received, "the trigger")
+        runner.request_timeout_s = 10.0  # the first POST keeps 0.3 s; the retry is answered
         await wait_for(lambda: len(ci.received) >= 2, "the trigger sent again")
         assert len(ci.jobs) == 1
         [job] = ci.jobs.values()
