@@ -5,7 +5,8 @@ One request per batch. The batch, the request's association and a claim keyed by
 validated request (``validated@v<n>``). A run that lost its lease can run alongside
 its successor on the same message: both read "no batch yet", but only one claim is
 inserted, and the other run's transaction finds that claim and uses its batch, so
-no inert duplicate batches.
+no inert duplicate batches. The ``batching`` log is stamped with the batch's creation
+time (see ``dependency_analysis`` for why).
 
 | Loaded state | Relative to checkpoint | Action |
 |---|---|---|
@@ -42,27 +43,30 @@ class BatchController(StageController):
         if req.state is not RequestState.VALIDATED:
             raise InvalidState(f"request {req.id} is {req.state}; batch expects validated")
         creating = [b for b in existing if b.state is BatchState.CREATING]
-        bid = creating[-1].id if creating else await self._create(req)
+        batch = creating[-1] if creating else await self._create(req)
+        # Stamped with the batch's creation time, so a ``batched`` replayed late by
+        # dependency_analysis (stamped the same) still sorts after it in the history.
         await self.deps.publish_logs([status_log(
-            req.queue, req.id, "batching", now=self.deps.now(), version=req.version,
-            metadata={"batch_id": bid}, occurrence=bid)])
-        await self.deps.publish(DEPENDENCY_ANALYSIS, EntityMsg(id=bid, queue=req.queue),
-                                partition_key=req.queue, message_id=bid)
+            req.queue, req.id, "batching", now=batch.created_at_ms, version=req.version,
+            metadata={"batch_id": batch.id}, occurrence=batch.id)])
+        await self.deps.publish(DEPENDENCY_ANALYSIS, EntityMsg(id=batch.id, queue=req.queue),
+                                partition_key=req.queue, message_id=batch.id)
 
-    async def _create(self, req: LandRequest) -> str:
+    async def _create(self, req: LandRequest) -> Batch:
         """The batch of ``req``'s batching intent: the claimed one, or a new one."""
         cause = f"validated@v{req.version}"
         now = self.deps.now()
         async with self.deps.db.write() as s:
             bid = await batch_repo.claimed(s, queue=req.queue, request_id=req.id, cause=cause)
-            if bid is not None:
-                return bid
-            minted = batch_id(req.queue, await next_number(s, queue=req.queue, domain="batch"))
-            bid = await batch_repo.claim(s, queue=req.queue, request_id=req.id, cause=cause,
-                                         batch_id=minted, now_ms=now)
-            if bid == minted:
-                await batch_repo.create(s, batch=Batch(
-                    queue=req.queue, id=bid, contains=(req.id,), dependencies=(),
-                    state=BatchState.CREATING, version=1,
-                ), now_ms=now)
-        return bid
+            if bid is None:
+                minted = Batch(
+                    queue=req.queue, id=batch_id(req.queue, await next_number(
+                        s, queue=req.queue, domain="batch")),
+                    contains=(req.id,), dependencies=(), state=BatchState.CREATING, version=1,
+                    created_at_ms=now, updated_at_ms=now)
+                bid = await batch_repo.claim(s, queue=req.queue, request_id=req.id,
+                                             cause=cause, batch_id=minted.id, now_ms=now)
+                if bid == minted.id:
+                    await batch_repo.create(s, batch=minted, now_ms=now)
+                    return minted
+            return await batch_repo.get(s, queue=req.queue, id=bid)

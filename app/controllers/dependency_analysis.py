@@ -15,7 +15,8 @@ one order and each sees every earlier one.
 Logs follow the durable write. The ``batched`` log's timestamp is the time of the
 ``created`` write (the batch's ``updated_at_ms`` while it is ``created``); replayed
 from a later state it is the batch's creation time, which precedes every later
-status of the batch, so a late replay never rolls the gateway's projection back.
+status of the batch, so a late replay never rolls the gateway's projection back (and
+equals the ``batching`` log's stamp, so the history still reads batching, batched).
 """  # noqa: E501 - state tables read best unwrapped
 
 from __future__ import annotations

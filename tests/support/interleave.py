@@ -37,8 +37,10 @@ class Gate:
 
     def __init__(self, name: str, *, pause: Where | None, times: int,
                  when: Callable[..., bool] | None,
-                 raises: Callable[[], BaseException] | None) -> None:
+                 raises: Callable[[], BaseException] | None,
+                 trace: list[tuple[str, str]] | None) -> None:
         self.name = name
+        self.trace = trace
         self.pause = pause
         self.remaining = times  # calls still to pause (or to fail, with ``raises``)
         self.when = when
@@ -49,10 +51,14 @@ class Gate:
         self.results: list[Any] = []
         self.errors: list[BaseException] = []
         self._released = asyncio.Event()
+        self._release_error: BaseException | None = None
         self._changed = asyncio.Condition()
 
-    def release(self) -> None:
-        """Let every paused call (and every later one) go on."""
+    def release(self, error: BaseException | None = None) -> None:
+        """Let every paused call go on; with ``error``, a paused call raises it instead
+        (at entry: the original never runs; at exit: its result is dropped), which is
+        how a test stands in for a crash at that point."""
+        self._release_error = error
         self._released.set()
 
     async def reached(self, n: int = 1, timeout: float = DEFAULT_TIMEOUT_S) -> None:
@@ -80,12 +86,19 @@ class Gate:
         self.paused += 1
         await self._notify()
         await self._released.wait()
+        if self._release_error is not None:
+            raise self._release_error
+
+    def _mark(self, event: str) -> None:
+        if self.trace is not None:
+            self.trace.append((self.name, event))
 
     async def run(self, original: Callable[..., Awaitable[Any]], *args: Any,
                   **kwargs: Any) -> Any:
         if self.when is not None and not self.when(*args, **kwargs):
             return await original(*args, **kwargs)
         self.entered += 1
+        self._mark("enter")
         act = self.remaining > 0
         if act:
             self.remaining -= 1
@@ -98,9 +111,11 @@ class Gate:
             if act and self.pause == "exit":
                 await self._stop_here()
             self.results.append(result)
+            self._mark("return")
             return result
         except BaseException as exc:
             self.errors.append(exc)
+            self._mark("raise")
             raise
         finally:
             self.finished += 1
@@ -109,19 +124,23 @@ class Gate:
 
 def hook(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str, *,
          pause: Where | None = None, times: int = 1, when: Callable[..., bool] | None = None,
-         raises: Callable[[], BaseException] | None = None) -> Gate:
-    """Replace ``owner.name`` (a module attribute or a class's method) with a hook.
+         raises: Callable[[], BaseException] | None = None,
+         trace: list[tuple[str, str]] | None = None, label: str | None = None) -> Gate:
+    """Replace ``owner.name`` (a module attribute, a class's method or an instance's
+    attribute) with a hook.
 
     ``pause``: where the first ``times`` matching calls wait for ``Gate.release()``
     (None: only count). ``when(*args, **kwargs)``: which calls match (default all).
     ``raises``: instead of pausing, the first ``times`` matching calls raise the error
     this factory returns, before the original runs (fault injection).
+    ``trace``: a list shared by several gates; each matching call appends
+    ``(label, "enter" | "return" | "raise")``, so a test can assert an order.
     Patching a class affects its existing instances too (methods are looked up on
     the class), which is how the app's running controllers are reached.
     """
     original = getattr(owner, name)
-    gate = Gate(f"{getattr(owner, '__name__', owner)}.{name}", pause=pause, times=times,
-                when=when, raises=raises)
+    gate = Gate(label or f"{getattr(owner, '__name__', type(owner).__name__)}.{name}",
+                pause=pause, times=times, when=when, raises=raises, trace=trace)
 
     @functools.wraps(original)
     async def hooked(*args: Any, **kwargs: Any) -> Any:
