@@ -1,13 +1,19 @@
 """``batch``: put a validated request into a new batch and ask for its dependencies.
 
-One request per batch. The batch and the request's association are written in one
-transaction, and a redelivery finds the association, so no inert duplicate batches.
+One request per batch. The batch, the request's association and a claim keyed by
+``(request, cause)`` are written in one transaction; the cause is the version of the
+validated request (``validated@v<n>``). A run that lost its lease can run alongside
+its successor on the same message: both read "no batch yet", but only one claim is
+inserted, and the other run's transaction finds that claim and uses its batch, so
+no inert duplicate batches. The ``batching`` log is stamped with the batch's creation
+time (see ``dependency_analysis`` for why).
 
 | Loaded state | Relative to checkpoint | Action |
 |---|---|---|
 | request halted | superseded | ack |
-| request ``validated``, no ``creating`` batch of it | before | mint ``<queue>/batch/<n>``, create it ``creating`` with its association; log ``batching``; publish ``dependency_analysis`` |
-| request ``validated``, a ``creating`` batch of it exists | at | replay the log and the hand-off for that batch |
+| request ``validated``, no claim and no ``creating`` batch of it | before | in one transaction: mint ``<queue>/batch/<n>``, claim it for (request, cause), create it ``creating`` with its association; log ``batching``; publish ``dependency_analysis`` |
+| request ``validated``, a claim for (request, cause) exists (found in that transaction) | at | create nothing; replay the log and the hand-off for the claimed batch |
+| request ``validated``, a ``creating`` batch of it exists (also batches from before claims) | at | replay the log and the hand-off for that batch |
 | request ``batched`` | beyond | ack |
 | request ``started`` / missing | invalid | raise ``InvalidState`` / ``NotFound`` |
 """  # noqa: E501 - state tables read best unwrapped
@@ -18,7 +24,7 @@ from app.controllers.common import StageController, status_log
 from app.db.repos import batches as batch_repo
 from app.db.repos import requests as request_repo
 from app.db.repos.counters import next_number
-from app.domain.entities import Batch
+from app.domain.entities import Batch, LandRequest
 from app.domain.errors import InvalidState
 from app.domain.ids import batch_id
 from app.domain.messages import DEPENDENCY_ANALYSIS, EntityMsg
@@ -37,18 +43,30 @@ class BatchController(StageController):
         if req.state is not RequestState.VALIDATED:
             raise InvalidState(f"request {req.id} is {req.state}; batch expects validated")
         creating = [b for b in existing if b.state is BatchState.CREATING]
-        if creating:
-            bid = creating[-1].id
-        else:
-            async with self.deps.db.write() as s:
-                n = await next_number(s, queue=req.queue, domain="batch")
-                bid = batch_id(req.queue, n)
-                await batch_repo.create(s, batch=Batch(
-                    queue=req.queue, id=bid, contains=(req.id,), dependencies=(),
-                    state=BatchState.CREATING, version=1,
-                ), now_ms=self.deps.now())
+        batch = creating[-1] if creating else await self._create(req)
+        # Stamped with the batch's creation time, so a ``batched`` replayed late by
+        # dependency_analysis (stamped the same) still sorts after it in the history.
         await self.deps.publish_logs([status_log(
-            req.queue, req.id, "batching", now=self.deps.now(), version=req.version,
-            metadata={"batch_id": bid}, occurrence=bid)])
-        await self.deps.publish(DEPENDENCY_ANALYSIS, EntityMsg(id=bid, queue=req.queue),
-                                partition_key=req.queue, message_id=bid)
+            req.queue, req.id, "batching", now=batch.created_at_ms, version=req.version,
+            metadata={"batch_id": batch.id}, occurrence=batch.id)])
+        await self.deps.publish(DEPENDENCY_ANALYSIS, EntityMsg(id=batch.id, queue=req.queue),
+                                partition_key=req.queue, message_id=batch.id)
+
+    async def _create(self, req: LandRequest) -> Batch:
+        """The batch of ``req``'s batching intent: the claimed one, or a new one."""
+        cause = f"validated@v{req.version}"
+        now = self.deps.now()
+        async with self.deps.db.write() as s:
+            bid = await batch_repo.claimed(s, queue=req.queue, request_id=req.id, cause=cause)
+            if bid is None:
+                minted = Batch(
+                    queue=req.queue, id=batch_id(req.queue, await next_number(
+                        s, queue=req.queue, domain="batch")),
+                    contains=(req.id,), dependencies=(), state=BatchState.CREATING, version=1,
+                    created_at_ms=now, updated_at_ms=now)
+                bid = await batch_repo.claim(s, queue=req.queue, request_id=req.id,
+                                             cause=cause, batch_id=minted.id, now_ms=now)
+                if bid == minted.id:
+                    await batch_repo.create(s, batch=minted, now_ms=now)
+                    return minted
+            return await batch_repo.get(s, queue=req.queue, id=bid)

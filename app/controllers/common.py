@@ -154,20 +154,34 @@ def event_log(
 
 async def terminate_request(
     deps: Deps, *, queue: str, sqid: str, target: RequestState, last_error: str = "",
-    metadata: dict[str, Any] | None = None,
+    metadata: dict[str, Any] | None = None, expected: LandRequest | None = None,
 ) -> str:
     """The only writer of terminal request states.
 
-    | Loaded request | Action | Returns |
+    ``expected``: the request as the caller loaded and classified it. The decision and
+    the write are then made on exactly that version: the write is conditional on it,
+    so a request that moved on since (a batch claimed it, a cancel made it
+    ``cancelling``) raises ``VersionMismatch`` (retryable; the caller's next attempt
+    reloads and classifies again) instead of being overwritten. Without ``expected``
+    the request is reloaded here, for callers whose authority does not depend on what
+    they read before (a terminal batch concluding its members).
+
+    | Loaded (or expected) request | Action | Returns |
     |---|---|---|
     | missing | raise ``NotFound`` | - |
     | already ``target`` | skip the write, re-publish the terminal log (repair) | ``repaired`` |
     | another terminal state | leave it | ``diverged`` |
     | otherwise | conditional write (v+1), then publish the terminal log | ``terminated`` |
+    | ``expected`` no longer current | raise ``VersionMismatch`` (nothing written) | - |
     """
     assert target.terminal
-    async with deps.db.read() as s:
-        current = await request_repo.get(s, queue=queue, id=sqid)
+    if expected is None:
+        async with deps.db.read() as s:
+            current = await request_repo.get(s, queue=queue, id=sqid)
+    elif (expected.queue, expected.id) != (queue, sqid):
+        raise ValueError(f"expected request {expected.id} is not {sqid} of {queue}")
+    else:
+        current = expected
     if current.state is target:
         await deps.publish_logs([_terminal_log(current, metadata, deps.now())])
         return "repaired"
@@ -180,12 +194,13 @@ async def terminate_request(
     return "terminated"
 
 
-async def repair_terminal(deps: Deps, req: LandRequest) -> None:
+async def repair_terminal(deps: Deps, req: LandRequest,
+                          metadata: dict[str, Any] | None = None) -> None:
     """Re-publish a terminal request's terminal log (same log id: a no-op if it was
     published). For controllers that find a request terminal on redelivery: the
     process that wrote the terminal state may have died before publishing its log."""
     if req.state.terminal:
-        await deps.publish_logs([_terminal_log(req, None, deps.now())])
+        await deps.publish_logs([_terminal_log(req, metadata, deps.now())])
 
 
 def _terminal_log(req: LandRequest, metadata: dict[str, Any] | None, now: int) -> RequestLog:

@@ -4,11 +4,19 @@ one order and each sees every earlier one.
 
 | Loaded state | Relative to checkpoint | Action |
 |---|---|---|
-| batch ``creating``, members ``validated`` | before | analyse against ``created``/``speculating``/``merging`` batches; log ``batched`` per member (first: once the batch is ``created`` another batch's speculate run may admit it); in one transaction claim each member (``batched``, v+1) and move the batch to ``created`` with its direct dependencies; publish ``speculate`` |
+| batch ``creating``, members ``validated`` | before | analyse against ``created``/``speculating``/``merging`` batches; in one transaction claim each member (``batched``, v+1) and move the batch to ``created`` with its direct dependencies; then log ``batched`` per member and publish ``speculate`` |
+| batch ``creating``, the claim loses a race (``VersionMismatch``: a cancel, say) | before | nothing was logged; the retry classifies again (a halted member: abandon) |
 | batch ``creating``, a member halted or not ``validated`` | superseded | abandon: the batch stays ``creating`` and inert; ack |
 | batch ``created`` | at | replay the member logs and ``speculate`` with the same ids |
-| batch ``speculating`` or later | beyond | ack |
+| batch ``speculating`` / ``merging`` / ``cancelling`` | beyond | replay the member logs only (same ids; no-ops if they were published). A crash between the write and the logs may let another batch's speculate run admit this one before the redelivery: the logs are still published |
+| batch terminal | beyond | ack |
 | batch missing | invalid | raise ``NotFound`` |
+
+Logs follow the durable write. The ``batched`` log's timestamp is the time of the
+``created`` write (the batch's ``updated_at_ms`` while it is ``created``); replayed
+from a later state it is the batch's creation time, which precedes every later
+status of the batch, so a late replay never rolls the gateway's projection back (and
+equals the ``batching`` log's stamp, so the history still reads batching, batched).
 """  # noqa: E501 - state tables read best unwrapped
 
 from __future__ import annotations
@@ -29,6 +37,8 @@ from app.queue import Delivery
 log = logging.getLogger("submitqueue.controllers")
 
 IN_FLIGHT = (BatchState.CREATED, BatchState.SPECULATING, BatchState.MERGING)
+# Past ``created`` but still live: the ``batched`` logs may never have been published.
+REPLAY_ONLY = (BatchState.SPECULATING, BatchState.MERGING, BatchState.CANCELLING)
 
 
 class DependencyAnalysisController(StageController):
@@ -41,9 +51,14 @@ class DependencyAnalysisController(StageController):
             if enrolled is None:
                 return
             batch = enrolled
+        elif batch.state in REPLAY_ONLY:
+            await self._log_batched(batch, at_ms=batch.created_at_ms)
+            return
         elif batch.state is not BatchState.CREATED:
             return
-        await self._announce(batch)
+        await self._log_batched(batch, at_ms=batch.updated_at_ms)
+        await self.deps.publish(SPECULATE, EntityMsg(id=batch.id, queue=batch.queue),
+                                partition_key=batch.queue, message_id=batch.id)
 
     async def _enrol(self, batch: Batch) -> Batch | None:
         q = batch.queue
@@ -67,12 +82,9 @@ class DependencyAnalysisController(StageController):
         analyzer = self.deps.extensions(q).analyzer
         conflicts = set(analyzer.analyze(files(batch), [files(b) for b in in_flight]))
         deps = tuple(b.id for b in in_flight if b.id in conflicts)
-        created = replace(batch, state=BatchState.CREATED, dependencies=deps,
-                          version=batch.version + 1)
-        # Log first: a crash after the write must not leave the batch moving on (another
-        # batch's speculate run admits it) with ``batched`` never logged.
-        await self._log_batched(created)
         now = self.deps.now()
+        created = replace(batch, state=BatchState.CREATED, dependencies=deps,
+                          version=batch.version + 1, updated_at_ms=now)
         async with self.deps.db.write() as s:
             for m in batch.contains:
                 old = members[m]
@@ -81,15 +93,9 @@ class DependencyAnalysisController(StageController):
             await batch_repo.update(s, old=batch, new=created, now_ms=now)
         return created
 
-    async def _log_batched(self, batch: Batch) -> None:
-        now = self.deps.now()
+    async def _log_batched(self, batch: Batch, *, at_ms: int) -> None:
         await self.deps.publish_logs([
-            status_log(batch.queue, m, "batched", now=now, occurrence=batch.id,
+            status_log(batch.queue, m, "batched", now=at_ms, occurrence=batch.id,
                        metadata={"batch_id": batch.id, "dependencies": list(batch.dependencies)})
             for m in batch.contains
         ])
-
-    async def _announce(self, batch: Batch) -> None:
-        await self._log_batched(batch)
-        await self.deps.publish(SPECULATE, EntityMsg(id=batch.id, queue=batch.queue),
-                                partition_key=batch.queue, message_id=batch.id)

@@ -2,7 +2,8 @@
 
 | Loaded state | Relative to checkpoint | Action |
 |---|---|---|
-| batch ``merging`` | before | log ``landing`` per member; merge the members' changes in order as one update (infrastructure errors propagate and are retried; the merger recognises changes already landed); publish the result to ``mergesignal`` (id = batch id) |
+| batch ``merging``, every member live | before | log ``landing`` per member; merge the members' changes in order as one update (infrastructure errors propagate and are retried; the merger recognises changes already landed); publish the result to ``mergesignal`` (id = batch id) |
+| batch ``merging``, a member terminal or missing | superseded | refuse: nothing is merged or pushed, no ``landing`` log; publish a ``failed`` result naming the members and their states to ``mergesignal``, which fails the batch with that reason (the members keep their terminal states; the queue re-plans without the batch) |
 | batch terminal or halted | beyond | ack |
 | batch ``creating`` / ``created`` / ``speculating`` | invalid | raise ``InvalidState`` |
 | batch missing | invalid | raise ``NotFound`` |
@@ -30,6 +31,17 @@ class MergeController(StageController):
             return
         if batch.state is not BatchState.MERGING:
             raise InvalidState(f"batch {batch.id} is {batch.state}; merge needs merging")
+        # A member that already ended (say ``error``) must not have its change land:
+        # its reported outcome would be a lie. Any such member refuses the whole batch,
+        # since what passed the build is the combination of all of them.
+        ended = [f"{m} is {members[m].state}" if m in members else f"{m} is missing"
+                 for m in batch.contains if m not in members or members[m].state.terminal]
+        if ended:
+            await self.deps.publish(MERGESIGNAL, ResultMsg(
+                id=batch.id, queue=batch.queue, outcome="failed",
+                reason=f"refused to land: {', '.join(ended)}; a batch lands only while "
+                       "every member is live"), partition_key=batch.queue, message_id=batch.id)
+            return
         now = self.deps.now()
         await self.deps.publish_logs([
             status_log(batch.queue, m, "landing", now=now, occurrence=batch.id,

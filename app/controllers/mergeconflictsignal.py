@@ -4,7 +4,7 @@
 |---|---|---|
 | request halted | superseded | ack (a cancel or an earlier verdict owns it; terminal: re-publish its terminal log first) |
 | request ``started``, check succeeded | before | conditional write ``validated`` (v+1); log ``validated``; publish ``batch`` |
-| request ``started``, check failed | before | terminate ``error`` with the conflict reason |
+| request ``started``, check failed | before | terminate ``error`` with the conflict reason, conditional on the version read (a cancel that got there first wins: ``VersionMismatch``, retried, then halted) |
 | request ``validated`` | at | replay the log and ``batch`` with the same ids |
 | request ``batched`` | beyond | ack (never regress) |
 | request missing | invalid | raise ``NotFound`` |
@@ -41,7 +41,8 @@ class MergeConflictSignalController(StageController):
                     if msg.conflicting_paths else ""
                 reason = f"merge conflict: {msg.reason or 'the changes do not apply'}{paths}"
                 await terminate_request(self.deps, queue=req.queue, sqid=req.id,
-                                        target=RequestState.ERROR, last_error=reason)
+                                        target=RequestState.ERROR, last_error=reason,
+                                        expected=req)
                 return
             new = replace(req, state=RequestState.VALIDATED, version=req.version + 1)
             async with self.deps.db.write() as s:

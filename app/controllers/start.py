@@ -4,12 +4,13 @@
 |---|---|---|
 | request missing | before | create it ``started`` (v1); log ``accepted`` (the gateway's log id, its timestamp) and ``started``; publish ``validate`` |
 | request ``started`` | at | skip the write; replay the log and ``validate`` with the same ids |
-| any later state | beyond | ack |
+| request terminal | beyond | re-publish its terminal log, ack. Also how a start requeued after ``start_dlq`` reconciled it ends: that reconciler created the row in ``error`` (the start never persisted it), so the request is not resurrected |
+| any other later state | beyond | ack |
 """  # noqa: E501 - state tables read best unwrapped
 
 from __future__ import annotations
 
-from app.controllers.common import StageController, load_request, status_log
+from app.controllers.common import StageController, load_request, repair_terminal, status_log
 from app.db.repos import requests as request_repo
 from app.domain.entities import LandRequest, RequestLog
 from app.domain.messages import VALIDATE, EntityMsg, LandRequestMsg, log_id
@@ -29,6 +30,7 @@ class StartController(StageController):
             async with self.deps.db.write() as s:
                 await request_repo.create(s, request=request, now_ms=self.deps.now())
         elif current.state is not RequestState.STARTED:
+            await repair_terminal(self.deps, current)
             return
         # ``accepted`` under the gateway's own log id: a no-op when the gateway recorded
         # it, the repair when the gateway died between publishing ``start`` and that write.

@@ -5,7 +5,8 @@ dry-run merge. Serial per merge queue, so the duplicate check and the claim cann
 |---|---|---|
 | request halted (terminal or cancelling) | superseded | ack (terminal: re-publish its terminal log first) |
 | request ``validated`` / ``batched`` | beyond | ack |
-| request ``started`` | before | log ``validating``; a change claimed by another live request, or one the provider rejects, ends the request ``error`` with the reason; else claim the changes and publish ``mergecheck`` |
+| request ``started`` | before | log ``validating``; a change claimed by another live request, or one the provider rejects, ends the request ``error`` with the reason (a write conditional on the version read here); else claim the changes and publish ``mergecheck`` |
+| request ``started`` when read, ``cancelling`` by the time of the ``error`` write | superseded | the write loses (``VersionMismatch``, retried); the retry finds it halted and acks: the cancel decides |
 | request missing | invalid | raise ``NotFound`` (start always persists first) |
 """  # noqa: E501 - state tables read best unwrapped
 
@@ -44,8 +45,10 @@ class ValidateController(StageController):
             except ChangeRejected as exc:
                 reason = str(exc)
         if reason is not None:
+            # Conditional on the version classified above: a cancel that made the
+            # request ``cancelling`` meanwhile owns it (VersionMismatch, retried: halted).
             await terminate_request(self.deps, queue=req.queue, sqid=req.id,
-                                    target=RequestState.ERROR, last_error=reason)
+                                    target=RequestState.ERROR, last_error=reason, expected=req)
             return
         async with self.deps.db.write() as s:
             await change_repo.claim(s, queue=req.queue, request_id=req.id, details=details,

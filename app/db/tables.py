@@ -3,7 +3,7 @@ metadata objects are handed to Alembic (``alembic/env.py``).
 
 Ownership (enforced by which repository module may touch a table):
 - orchestrator: ``counters`` (domain ``batch``), ``requests``, ``changes``, ``batches``,
-  ``request_batches``, ``path_sets``, ``builds``, ``path_builds``;
+  ``request_batches``, ``batch_claims``, ``path_sets``, ``builds``, ``path_builds``;
 - gateway: ``counters`` (domain ``request``), ``request_summaries``, ``request_log``,
   ``change_uri_requests``;
 - admin API: ``admin_audit`` (append only);
@@ -93,6 +93,19 @@ request_batches = sa.Table(
     sa.Column("request_id", sa.String(ID), primary_key=True),
     sa.Column("batch_id", sa.String(ID), primary_key=True),
     sa.Index("ix_request_batches_batch", "queue", "batch_id"),
+)
+
+# One row per batching intent of a request (``cause``: the validated request version):
+# the batch minted for it. Inserted with the batch, in one transaction and only if
+# absent, so two concurrent runs of one ``batch`` message create one batch.
+batch_claims = sa.Table(
+    "batch_claims",
+    metadata,
+    sa.Column("queue", sa.String(Q), primary_key=True),
+    sa.Column("request_id", sa.String(ID), primary_key=True),
+    sa.Column("cause", sa.String(100), primary_key=True),
+    sa.Column("batch_id", sa.String(ID), nullable=False),
+    sa.Column("created_at_ms", sa.BigInteger, nullable=False),
 )
 
 path_sets = sa.Table(

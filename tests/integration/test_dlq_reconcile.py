@@ -206,7 +206,7 @@ async def test_missing_entity_is_acked_and_log_dlq_persists_decodable_entries(
 ) -> None:
     async with serve(database_url, tmp_path, **FAST) as server:
         await poison(server, "build_dlq", {"id": "demo/batch/999", "queue": "demo"}, "x")
-        await poison(server, "start_dlq", {"id": "demo/999", "queue": "demo"}, "demo")
+        await poison(server, "validate_dlq", {"id": "demo/999", "queue": "demo"}, "demo")
         sqid = await server.land(change("logged", files="a/x.py"))
         assert await server.wait_terminal(sqid) == "landed"
         entry = {"queue": "demo", "request_id": sqid, "log_id": f"{sqid}/waiting/dlq",
@@ -216,8 +216,42 @@ async def test_missing_entity_is_acked_and_log_dlq_persists_decodable_entries(
         while not any(e.get("event") == "waiting" for e in await server.history(sqid)):
             assert time.monotonic() < deadline, "log_dlq entry was not persisted"
             await asyncio.sleep(0.05)
-        for dlq in ("build_dlq", "start_dlq", "log_dlq"):
+        for dlq in ("build_dlq", "validate_dlq", "log_dlq"):
             assert await server.runtime.broker.list_messages(dlq) == []
+        async with server.runtime.db.read() as s:
+            from app.db.repos import requests as request_repo
+            assert await request_repo.get_many(s, queue="demo", ids=["demo/999"]) == {}
+
+
+async def test_a_start_dead_letter_for_a_request_never_received_parks_its_log(
+    database_url: str, tmp_path: Path
+) -> None:
+    """A start dead letter whose request has no row is recorded ``error`` (the request
+    never started); when the gateway never received that request either (a forged
+    message), the terminal log has nowhere to go and parks in ``log_dlq`` for an
+    operator instead of being retried for hours. A start dead letter naming no
+    request id of its queue is undecodable."""
+    async with serve(database_url, tmp_path, **FAST) as server:
+        broker = server.runtime.broker
+        await poison(server, "start_dlq", {"id": "demo/999", "queue": "demo"}, "demo")
+        await poison(server, "start_dlq", {"id": "demo/batch/3", "queue": "demo"}, "demo")
+        orphan = await wait_dlq(server, "log_dlq", unsettled=True)
+        assert orphan.payload["request_id"] == "demo/999"
+        assert orphan.payload["status"] == "error"
+        deadline = time.monotonic() + 10
+        while True:
+            parked = [x for x in await broker.list_messages("start_dlq") if x.parked]
+            (still,) = await broker.list_messages("log_dlq")
+            if parked and still.parked:
+                break
+            assert time.monotonic() < deadline, "not parked"
+            await asyncio.sleep(0.05)
+        assert "never received" in still.failure_detail["parked"]["error"]
+        assert [x.payload["id"] for x in parked] == ["demo/batch/3"]
+        async with server.runtime.db.read() as s:
+            from app.db.repos import requests as request_repo
+            tomb = await request_repo.get(s, queue="demo", id="demo/999")
+        assert tomb.state == "error" and "dead-lettered from start" in tomb.last_error
 
 
 async def test_an_undecodable_poison_stays_visible_in_its_dlq(

@@ -14,12 +14,14 @@ Request-scoped (``start``, ``cancel``, ``validate``, ``mergecheck``,
 
 | Loaded state | Relative to checkpoint | Action |
 |---|---|---|
-| payload has no string ``id`` and ``queue`` | invalid | raise ``Undecodable`` (stays in the DLQ, visible; see below) |
-| request missing | - | nothing to reconcile; ack (``not_found``) |
+| payload has no string ``id`` and ``queue`` (``start``: or an ``id`` that is not ``<queue>/<n>``) | invalid | raise ``Undecodable`` (stays in the DLQ, visible; see below) |
+| request missing, ``start`` | before | the start failed before persisting it, and the gateway says ``accepted``: create the row directly in ``error`` (v1, ``last_error`` = the failure, change URIs and strategy from the payload when readable) and publish its terminal log (``terminated``); a start requeued later finds it terminal and only re-publishes that log |
+| request missing, any other topic | - | nothing to reconcile; ack (``not_found``) |
 | request ``error`` | at | skip the write, republish its terminal log (``repaired``) |
 | request ``landed`` / ``cancelled`` | superseded | leave it (``left``) |
 | request owned by a batch: any batch of it not ``creating``/``failed``, or a ``creating`` one while the request is ``batched`` | superseded | leave it to the batch (``owned_by_batch``) |
-| otherwise (``started``/``validated``/``batched``/``cancelling``) | before | ``terminate_request(error)`` with ``last_error`` naming the original topic, attempts and error (``terminated``) |
+| otherwise (``started``/``validated``/``batched``/``cancelling``) | before | ``terminate_request(error)`` with ``last_error`` naming the original topic, attempts and error (``terminated``), conditional on the request version classified |
+| not owned when read, claimed by a batch before the write | superseded | the write raises ``VersionMismatch`` (a claim bumps the request version); the retry finds ``owned_by_batch`` |
 
 Batch-scoped (``dependency_analysis``, ``speculate``, ``build``, ``merge``, ``conclude``,
 ``mergesignal``: payload ``id`` is the batch id; ``buildsignal``: payload ``id`` is a
@@ -37,7 +39,9 @@ error carried any, else the payload's batch; when any of them changed, a ``specu
 run is triggered (unique id) for the queue's oldest active batch.
 
 ``log`` (gateway): a decodable ``LogMsg`` is persisted through the materializer
-(``persist_log``; ``persisted``); its errors propagate and are retried with backoff.
+(``persist_log``; ``persisted``); its errors propagate and are retried with backoff,
+except a request the gateway has no summary of (it records every request it accepts
+before anything logs for it, so no retry helps): ``Undecodable``, parked.
 
 **Undecodable messages.** A reconciler raises ``Undecodable`` (``park = True``): the
 queue parks the message at once, keeping its original failure (topic, attempts,
@@ -55,16 +59,23 @@ from typing import Any
 
 from pydantic import ValidationError as PydanticValidationError
 
-from app.controllers.common import Deps, load_request, terminate_request, unique_id
+from app.controllers.common import (
+    Deps,
+    load_request,
+    repair_terminal,
+    terminate_request,
+    unique_id,
+)
 from app.db.engine import Database
 from app.db.repos import batches as batch_repo
+from app.db.repos import requests as request_repo
 from app.db.repos import speculation as spec_repo
 from app.db.repos.request_log import persist_log
 from app.domain import messages as m
-from app.domain.entities import Batch
+from app.domain.entities import Batch, LandRequest
 from app.domain.errors import NotFound, ValidationError
 from app.domain.messages import EntityMsg, LogMsg
-from app.domain.states import BATCH_TO_REQUEST_TERMINAL, BatchState, RequestState
+from app.domain.states import BATCH_TO_REQUEST_TERMINAL, BatchState, LandStrategy, RequestState
 from app.queue import DLQ_SUFFIX, Delivery, StoredMessage
 
 log = logging.getLogger("submitqueue.controllers")
@@ -153,6 +164,8 @@ class Reconciler:
 class RequestReconciler(Reconciler):
     async def reconcile(self, msg: StoredMessage) -> Outcome:
         ent = decode_entity(msg)
+        if self.topic == m.START:
+            return await fail_start(self.deps, queue=ent.queue, sqid=ent.id, msg=msg)
         return await fail_request(self.deps, queue=ent.queue, sqid=ent.id, msg=msg)
 
 
@@ -208,29 +221,80 @@ class LogReconciler(Reconciler):
             entry = LogMsg.model_validate(msg.payload).entry()
         except (ValueError, PydanticValidationError) as exc:
             raise Undecodable(f"message {msg.seq} is not a log entry: {exc}") from None
-        await persist_log(self.db, entry)
+        try:
+            await persist_log(self.db, entry)
+        except NotFound:
+            # The gateway records every request it accepts before anything can log for
+            # it, so no retry will find this one: park it for an operator.
+            raise Undecodable(f"log entry {entry.log_id!r} names request {entry.request_id!r}, "
+                              "which the gateway never received") from None
         return Outcome("persisted", entry.request_id, entry.log_id, True)
 
 
 async def fail_request(deps: Deps, *, queue: str, sqid: str, msg: StoredMessage) -> Outcome:
-    req = await load_request(deps, queue, sqid)
+    """Classify the request and its batches, then write ``error`` conditionally on the
+    request version classified: a batch can only come to own a request through the
+    claim that bumps the request's version (``dependency_analysis``), so a claim
+    between this read and the write makes the write raise ``VersionMismatch`` and the
+    retry finds the owner, never an ``error`` over a request its batch goes on to land."""
+    async with deps.db.read() as s:
+        req = (await request_repo.get_many(s, queue=queue, ids=[sqid])).get(sqid)
+        batches = [] if req is None or req.state.terminal else \
+            await batch_repo.for_request(s, queue=queue, request_id=sqid)
     if req is None:
         return Outcome("not_found", sqid, "request does not exist")
     if req.state.terminal and req.state is not RequestState.ERROR:
         return Outcome("left", sqid, f"request is {req.state}")
-    if not req.state.terminal:
-        async with deps.db.read() as s:
-            batches = await batch_repo.for_request(s, queue=queue, request_id=sqid)
-        for b in batches:
-            creating = b.state is BatchState.CREATING
-            if (not creating and b.state is not BatchState.FAILED) or (
-                    creating and req.state is RequestState.BATCHED):
-                return Outcome("owned_by_batch", sqid, f"batch {b.id} is {b.state}")
+    for b in batches:
+        creating = b.state is BatchState.CREATING
+        if (not creating and b.state is not BatchState.FAILED) or (
+                creating and req.state is RequestState.BATCHED):
+            return Outcome("owned_by_batch", sqid, f"batch {b.id} is {b.state}")
     result = await terminate_request(
         deps, queue=queue, sqid=sqid, target=RequestState.ERROR, last_error=failure_text(msg),
-        metadata=failure_metadata(msg))
+        metadata=failure_metadata(msg), expected=req)
     action = {"terminated": "terminated", "repaired": "repaired"}.get(result, "left")
     return Outcome(action, sqid, f"request {result}", result == "terminated")
+
+
+async def fail_start(deps: Deps, *, queue: str, sqid: str, msg: StoredMessage) -> Outcome:
+    """``start_dlq``: a start that failed before persisting its request leaves no row,
+    while the gateway reports the request ``accepted``. The reconciler creates the row
+    directly in ``error`` (v1, ``last_error`` = the failure) and publishes its terminal
+    log, so the projection ends ``error``; a start requeued later finds the request
+    terminal and only re-publishes that log. The row is created with an insert that
+    leaves an existing row alone: if a start got there first, classify that one."""
+    if not _is_sqid(queue, sqid):
+        raise Undecodable(f"message {msg.seq} of {msg.topic} names {sqid!r}, which is not a "
+                          f"request id of queue {queue!r} ('{queue}/<n>')")
+    if await load_request(deps, queue, sqid) is not None:
+        return await fail_request(deps, queue=queue, sqid=sqid, msg=msg)
+    payload = msg.payload if isinstance(msg.payload, dict) else {}
+    uris = payload.get("change_uris")
+    tomb = LandRequest(
+        queue=queue, id=sqid,
+        change_uris=tuple(uris) if isinstance(uris, list) and all(
+            isinstance(u, str) for u in uris) else (),
+        strategy=_strategy(payload.get("strategy")), state=RequestState.ERROR, version=1,
+        last_error=failure_text(msg))
+    async with deps.db.write() as s:
+        created = await request_repo.create(s, request=tomb, now_ms=deps.now())
+    if not created:
+        return await fail_request(deps, queue=queue, sqid=sqid, msg=msg)
+    await repair_terminal(deps, tomb, failure_metadata(msg))
+    return Outcome("terminated", sqid, "request never started; recorded as error", True)
+
+
+def _strategy(value: object) -> LandStrategy:
+    """The payload's strategy when it names one (the payload may be why start failed)."""
+    if isinstance(value, str) and value in LandStrategy.__members__.values():
+        return LandStrategy(value)
+    return LandStrategy.REBASE
+
+
+def _is_sqid(queue: str, sqid: str) -> bool:
+    head, _, tail = sqid.rpartition("/")
+    return head == queue and tail.isdigit()
 
 
 async def fail_batch(

@@ -1,4 +1,4 @@
-"""Batches and request-batch associations (orchestrator-owned)."""
+"""Batches, request-batch associations and batch claims (orchestrator-owned)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.dialect import insert_ignore
 from app.db.locking import conditional_update
 from app.db.repos._rows import batch_from_row, dumps
+from app.db.tables import batch_claims as bc
 from app.db.tables import batches as t
 from app.db.tables import request_batches as rb
 from app.domain.entities import Batch
@@ -77,3 +78,30 @@ async def update(session: AsyncSession, *, old: Batch, new: Batch, now_ms: int) 
             "updated_at_ms": now_ms,
         },
     )
+
+
+async def claimed(
+    session: AsyncSession, *, queue: str, request_id: str, cause: str
+) -> str | None:
+    """The batch id claimed for ``(request, cause)``, if any."""
+    return (await session.execute(sa.select(bc.c.batch_id).where(
+        bc.c.queue == queue, bc.c.request_id == request_id, bc.c.cause == cause,
+    ))).scalar_one_or_none()
+
+
+async def claim(
+    session: AsyncSession, *, queue: str, request_id: str, cause: str, batch_id: str,
+    now_ms: int,
+) -> str:
+    """Claim ``batch_id`` for ``(request, cause)`` unless a claim exists; returns the
+    winning batch id (``batch_id`` itself when this call claimed). On PostgreSQL a
+    concurrent uncommitted claim makes the insert wait for it, then lose to it."""
+    inserted = await session.execute(insert_ignore(session, bc).values(
+        queue=queue, request_id=request_id, cause=cause, batch_id=batch_id,
+        created_at_ms=now_ms))
+    if inserted.rowcount:  # type: ignore[attr-defined]
+        return batch_id
+    winner = await claimed(session, queue=queue, request_id=request_id, cause=cause)
+    if winner is None:  # cannot happen: the conflicting row is committed
+        raise AssertionError(f"claim of {request_id} ({cause}) conflicted but is missing")
+    return winner

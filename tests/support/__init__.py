@@ -1,0 +1,1 @@
+"""Reusable test helpers (not tests): deterministic interleavings (``interleave``)."""
