@@ -9,6 +9,10 @@ arrive while an ack is being written go together in the next statement, and a
 publish wakes the consumers of other processes with a NOTIFY sent after its commit,
 one for all topics published while the previous one was being sent (SQLite's
 backend already commits concurrent operations together).
+
+A broker given a ``member_id`` records it (and its generation) with every claim, and
+on ``start()`` takes back, fenced, the claims an earlier run of the same member still
+holds (``app/queue/members.py``).
 """
 
 from __future__ import annotations
