@@ -44,6 +44,9 @@ def serve(
     """Serve the REST gateway and run the orchestrator's queue consumers."""
     if role is not None:
         os.environ["SQ_ROLE"] = role.value  # read again by the app factory
+    if port is not None:
+        os.environ["SQ_PORT"] = str(port)  # part of the default member id (SQ_MEMBER_ID)
+    if role is not None or port is not None:
         get_settings.cache_clear()
     settings = get_settings()
     configure_logging(settings.log_level, settings.queue_log_level)

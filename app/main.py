@@ -64,6 +64,7 @@ class Runtime:
                             sqlite_write_lock=self.db.write_lock if shared_file else None),
             topology,
             max_payload_bytes=settings.queue_max_payload_bytes,
+            member_id=settings.effective_member_id,
         )
         self.deps = Deps(db=self.db, broker=self.broker, extensions=self.extensions.for_queue,
                          metrics=self.metrics)

@@ -5,6 +5,7 @@ Every setting is listed with its default in ``.env.example``; keep the two in st
 
 from __future__ import annotations
 
+import socket
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -59,6 +60,11 @@ class Settings(BaseSettings):
     queue_gc_interval_ms: int = Field(default=60_000, ge=1000)
     queue_shutdown_grace_ms: int = Field(default=10_000, ge=0)
     queue_concurrency: int = Field(default=8, ge=1, le=256)
+    # This process's stable name in the queue: claims are recorded under it, and a
+    # process restarted with the same id takes its in-flight claims back at once
+    # (fenced, no attempt spent) instead of after the visibility timeout. Empty =
+    # "<hostname>:<role>:<port>". Two live processes must not share one.
+    member_id: str = Field(default="", max_length=200, pattern=r"^[^\s\x00]*$")
     # Chaos delivery mode, for tests: run every handler twice and fail a fraction of
     # runs after their writes, so every controller proves itself idempotent.
     queue_chaos_duplicate: bool = False
@@ -79,6 +85,13 @@ class Settings(BaseSettings):
     @property
     def effective_queue_database_url(self) -> str:
         return self.queue_database_url or self.database_url
+
+    @property
+    def effective_member_id(self) -> str:
+        """``SQ_MEMBER_ID``, else derived from what tells this process's restarts apart
+        from its neighbours: the host, the role and the port (two processes on one host
+        cannot share a port)."""
+        return self.member_id or f"{socket.gethostname()}:{self.role}:{self.port}"[:255]
 
     @property
     def cors_origin_list(self) -> list[str]:

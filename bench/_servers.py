@@ -81,6 +81,12 @@ class ServerProcess:
         return f"http://127.0.0.1:{self.port}"
 
     @property
+    def member_id(self) -> str:
+        """Its queue member id (``SQ_MEMBER_ID``), the same across restarts: a restarted
+        server takes back the messages it was handling when it died."""
+        return self.env.get("SQ_MEMBER_ID") or f"bench-{self.index}"
+
+    @property
     def log_path(self) -> Path:
         return self.workdir / f"server-{self.index}.log"
 
@@ -98,7 +104,7 @@ class ServerProcess:
         self._log.flush()
         self.proc = subprocess.Popen(
             [*serve_command(), "--role", "all"], cwd=self.workdir,
-            env={**self.env, "SQ_PORT": str(self.port)},
+            env={**self.env, "SQ_PORT": str(self.port), "SQ_MEMBER_ID": self.member_id},
             stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
         )
 

@@ -38,7 +38,6 @@ import contextlib
 import json
 import random
 import shutil
-import socket
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -302,7 +301,7 @@ class ChaosRun:
             victim.kill()
             kill = Kill(at_s=round(at - self.t0, 2), server=victim.index, pid=pid,
                         in_flight_requests=self._in_flight(statuses),
-                        orphaned_leases=await self._leases_of(victim, pid))
+                        orphaned_leases=await self._leases_of(victim))
             self.result.kill_log.append(kill)
             self.result.kills += 1
             await asyncio.sleep(self.rng.uniform(*self.cfg.down_s))
@@ -310,14 +309,13 @@ class ChaosRun:
             await victim.wait_ready()
             kill.restart_s = round(time.monotonic() - at, 2)
 
-    async def _leases_of(self, server: ServerProcess, pid: int | None = None) -> int:
-        """Deliveries leased by the process (``pid``, default: the running one)."""
-        if pid is None:
-            pid = server.proc.pid if server.proc else -1
+    async def _leases_of(self, server: ServerProcess) -> int:
+        """Deliveries leased by the server (its member id: also those of a killed
+        process, until its restart takes them back)."""
         rows = await queue_rows(
             self.database_url,
             "SELECT COUNT(*) AS n FROM queue_deliveries WHERE lease_token IS NOT NULL "
-            f"AND leased_by = '{socket.gethostname()}:{pid}'")
+            f"AND leased_by = '{server.member_id}'")
         return int(rows[0]["n"])
 
     async def _victim(self) -> ServerProcess:
@@ -331,9 +329,7 @@ class ChaosRun:
                 "SELECT leased_by, COUNT(*) AS n FROM queue_deliveries "
                 "WHERE lease_token IS NOT NULL GROUP BY leased_by")
             held = {str(r["leased_by"]): int(r["n"]) for r in rows}
-            host = socket.gethostname()
-            return max(live, key=lambda s: (held.get(f"{host}:{s.proc.pid}", 0)
-                                            if s.proc else 0, self.rng.random()))
+            return max(live, key=lambda s: (held.get(s.member_id, 0), self.rng.random()))
         return self.rng.choice(live)
 
     # --- the end --------------------------------------------------------------------

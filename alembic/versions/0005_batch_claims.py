@@ -1,6 +1,6 @@
 """batch claims: one batch per batching intent of a request
 
-Revision ID: 0005_batch_claims
+Revision ID: 0005
 Revises: 0004
 Create Date: 2026-12-10
 """
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 
-revision: str = '0005_batch_claims'
+revision: str = '0005'
 down_revision: str | None = '0004'
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None

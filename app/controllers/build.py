@@ -12,6 +12,9 @@ controller only creates the ``Build`` row and the write-once (path, attempt) lin
 | entry live, link exists | at | re-signal the linked build (same id) |
 | entry terminal | beyond | ack |
 | batch missing | invalid | raise ``NotFound`` |
+
+Right before the trigger, ``delivery.ensure_held()``: a holder whose lease was lost
+(its successor may be triggering) raises ``LeaseLost`` and triggers nothing.
 """  # noqa: E501 - state tables read best unwrapped
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ class BuildController(StageController):
         if entry.status is not PathStatus.PENDING:
             return
         request = await self._request(batch, entry.path.base, msg)
+        await delivery.ensure_held()  # a holder whose lease lapsed must not trigger
         build_id = await self.deps.extensions(q).runner.trigger(request)
         now = self.deps.now()
         async with self.deps.db.write() as s:

@@ -2,7 +2,7 @@
 
 | Loaded state | Relative to checkpoint | Action |
 |---|---|---|
-| batch ``merging``, every member live | before | log ``landing`` per member; merge the members' changes in order as one update (infrastructure errors propagate and are retried; the merger recognises changes already landed); publish the result to ``mergesignal`` (id = batch id) |
+| batch ``merging``, every member live | before | log ``landing`` per member; check the delivery still holds its lease (``ensure_held``: a stale holder raises ``LeaseLost`` and never pushes; its successor merges); merge the members' changes in order as one update (infrastructure errors propagate and are retried; the merger recognises changes already landed); publish the result to ``mergesignal`` (id = batch id) |
 | batch ``merging``, a member terminal or missing | superseded | refuse: nothing is merged or pushed, no ``landing`` log; publish a ``failed`` result naming the members and their states to ``mergesignal``, which fails the batch with that reason (the members keep their terminal states; the queue re-plans without the batch) |
 | batch terminal or halted | beyond | ack |
 | batch ``creating`` / ``created`` / ``speculating`` | invalid | raise ``InvalidState`` |
@@ -49,6 +49,7 @@ class MergeController(StageController):
         spec = MergeSpec(queue=batch.queue, id=batch.id, steps=tuple(
             MergeStep(m, members[m].change_uris, members[m].strategy) for m in batch.contains))
         merger = self.deps.extensions(batch.queue).merger
+        await delivery.ensure_held()  # a holder whose lease lapsed must not push
         outcome = await self.deps.timed("merge", batch.queue, merger.merge(spec))
         await self.deps.publish(MERGESIGNAL, ResultMsg(
             id=batch.id, queue=batch.queue,

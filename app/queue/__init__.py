@@ -14,9 +14,8 @@ from app.queue.consumer import (
     ConsumerService,
     ConsumerSpec,
     Controller,
-    Delivery,
-    LeaseExpired,
 )
+from app.queue.delivery import Delivery, LeaseExpired
 from app.queue.errors import (
     InvalidPayload,
     LeaseLost,

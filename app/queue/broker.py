@@ -9,6 +9,10 @@ arrive while an ack is being written go together in the next statement, and a
 publish wakes the consumers of other processes with a NOTIFY sent after its commit,
 one for all topics published while the previous one was being sent (SQLite's
 backend already commits concurrent operations together).
+
+A broker given a ``member_id`` records it (and its generation) with every claim, and
+on ``start()`` takes back, fenced, the claims an earlier run of the same member still
+holds (``app/queue/members.py``).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import Any
 from app.queue import ops
 from app.queue.backends import Backend
 from app.queue.errors import InvalidPayload, MessageNotFound, PayloadTooLarge
+from app.queue.members import Membership
 from app.queue.records import (
     ClaimedDelivery,
     GroupStats,
@@ -87,12 +92,23 @@ class Broker:
         max_payload_bytes: int = 1_048_576,
         clock: Callable[[], int] = now_ms,
         consumer_name: str | None = None,
+        member_id: str | None = None,
+        member_heartbeat_ms: int = 10_000,
     ) -> None:
+        """``member_id``: this process's stable name (see ``app/queue/members.py``); with
+        it, ``start()`` takes back the claims an earlier run of the member still holds.
+        ``consumer_name``: this incarnation's label (default ``host:pid``); claims record
+        it as their holder when there is no member id."""
         self.backend = backend
         self.topology = topology
         self.max_payload_bytes = max_payload_bytes
         self.clock = clock
         self.consumer_name = consumer_name or f"{socket.gethostname()}:{os.getpid()}"
+        if member_id is not None:
+            _check_key("member_id", member_id)
+        self.membership = Membership(
+            backend, member_id, incarnation=self.consumer_name, clock=clock,
+            heartbeat_ms=member_heartbeat_ms) if member_id is not None else None
         self._wakers: dict[str, set[asyncio.Event]] = defaultdict(set)
         self._started = False
         self._acks: list[tuple[ClaimedDelivery, asyncio.Future[bool]]] = []
@@ -105,12 +121,27 @@ class Broker:
         if not self._started:
             await self.backend.start(self.wake)
             self._started = True
+            if self.membership is not None:
+                joined = await self.membership.join()
+                for topic in {t for _, t in joined.resumed}:
+                    self.wake(topic)
+
+    @property
+    def member_id(self) -> str | None:
+        return self.membership.member_id if self.membership is not None else None
+
+    @property
+    def generation(self) -> int | None:
+        """This start's generation of the member (``None`` without a member id)."""
+        return self.membership.generation if self.membership is not None else None
 
     async def close(self) -> None:
         for writer in (self._ack_writer, self._notifier):
             if writer is not None:
                 with contextlib.suppress(Exception):
                     await writer
+        if self.membership is not None and self._started:
+            await self.membership.leave()
         if self._started:
             await self.backend.close()
             self._started = False
@@ -220,7 +251,8 @@ class Broker:
                 now=now,
                 lease_until=now + spec.visibility_timeout_ms,
                 token=uuid.uuid4().hex,
-                consumer=self.consumer_name,
+                consumer=self.member_id or self.consumer_name,
+                generation=self.generation,
             )
         )
         fresh: list[ClaimedDelivery] = []

@@ -14,10 +14,15 @@ Outcome of ``await controller.process(delivery)``:
 | raises while holding | the error wins; the hold is discarded |
 | raises an error with ``park = True`` | dead-letter (or park) at once, even on an always-retry |
 | (e.g. an undecodable DLQ message) | topic: retrying cannot help; an operator decides |
+| its lease is lost while it runs (a | the handler is cancelled; whatever it then returns or |
+| renewal or ``ensure_held()`` finds | raises is discarded: nothing is settled, no attempt |
+| the receipt stale) | counted; the successor owns the message (``lease_lost``) |
 
 A controller's exception never stops its consumer loop. While a handler runs its
-lease is extended automatically, so only a crashed or hung process lets the
-message come back (after the visibility timeout).
+lease is extended automatically, so only a crashed, hung or frozen process lets the
+message come back (after the visibility timeout, or at once when the process is
+restarted with the same member id). A handler about to perform an external effect
+calls ``await delivery.ensure_held()`` first (see ``app/queue/delivery.py``).
 
 Observability hooks (both optional, both generic):
 
@@ -46,73 +51,10 @@ import structlog
 
 from app.queue.broker import Broker
 from app.queue.classify import classify
-from app.queue.errors import QueueError
-from app.queue.records import ClaimedDelivery, StoredMessage
+from app.queue.delivery import Delivery, Lease
+from app.queue.records import ClaimedDelivery
 
 log = logging.getLogger("submitqueue.queue")
-
-
-class Delivery:
-    """What a controller sees of one delivered message."""
-
-    __slots__ = ("_broker", "_claimed", "_hold_ms", "_lease_ms")
-
-    def __init__(self, broker: Broker, claimed: ClaimedDelivery, lease_ms: int) -> None:
-        self._broker = broker
-        self._claimed = claimed
-        self._hold_ms: int | None = None
-        self._lease_ms = lease_ms
-
-    @property
-    def message(self) -> StoredMessage:
-        return self._claimed.message
-
-    @property
-    def payload(self) -> Any:
-        return self._claimed.message.payload
-
-    @property
-    def message_id(self) -> str:
-        return self._claimed.message.message_id
-
-    @property
-    def topic(self) -> str:
-        return self._claimed.message.topic
-
-    @property
-    def partition_key(self) -> str:
-        return self._claimed.message.partition_key
-
-    @property
-    def metadata(self) -> Mapping[str, Any]:
-        return self._claimed.message.metadata
-
-    @property
-    def attempt(self) -> int:
-        """1 on first delivery; holds do not count, retries and lost leases do."""
-        return self._claimed.attempt
-
-    @property
-    def consumer_group(self) -> str:
-        return self._claimed.consumer_group
-
-    @property
-    def held_ms(self) -> int | None:
-        return self._hold_ms
-
-    def hold(self, ms: int) -> None:
-        """Ask to see this message again in ``ms`` without spending an attempt."""
-        self._hold_ms = max(int(ms), 0)
-
-    async def extend(self, ms: int | None = None) -> None:
-        """Extend the lease (the framework also does this on its own while you run)."""
-        ok = await self._broker.extend(self._claimed, lease_ms=ms or self._lease_ms)
-        if not ok:
-            raise LeaseExpired(f"lease of message {self.message_id!r} was lost")
-
-
-class LeaseExpired(QueueError):
-    retryable = True
 
 
 class Controller(Protocol):
@@ -265,15 +207,29 @@ class Consumer:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), timeout=timeout)
 
-    async def _extend_forever(self, cd: ClaimedDelivery) -> None:
-        lease = self.topic_spec.visibility_timeout_ms
-        while True:
-            await asyncio.sleep(lease / 3000)
+    async def _extend_forever(self, cd: ClaimedDelivery, lease: Lease,
+                              handler: asyncio.Task[Any]) -> None:
+        """Renew the lease while the handler runs; when it is lost, cancel the handler."""
+        lease_ms = self.topic_spec.visibility_timeout_ms
+        while not lease.lost:
+            await asyncio.sleep(lease_ms / 3000)
+            if lease.lost:  # the handler's own ensure_held() found out first
+                return
             try:
-                if not await self.broker.extend(cd, lease_ms=lease):
-                    return
+                held = await self.broker.extend(cd, lease_ms=lease_ms)
             except Exception:
                 log.warning("lease extension failed", extra={"consumer": self.name})
+                continue
+            if not held:
+                lease.lost = True
+                lease.cancelled_handler = True
+                log.warning(
+                    "lease lost while the handler ran; cancelling it (another consumer "
+                    "holds the message now)",
+                    extra={"consumer": self.name, "message_id": cd.message.message_id,
+                           "attempt": cd.attempt})
+                handler.cancel()
+                return
 
     def _log_ids(self, cd: ClaimedDelivery) -> dict[str, Any]:
         ids: dict[str, Any] = {
@@ -292,30 +248,46 @@ class Consumer:
         # Each handler runs in its own task (its own copy of the context), so these
         # bindings reach only this handler's log lines.
         structlog.contextvars.bind_contextvars(**self._log_ids(cd))
-        delivery = Delivery(self.broker, cd, self.topic_spec.visibility_timeout_ms)
-        extender = asyncio.create_task(self._extend_forever(cd))
+        lease = Lease()
+        delivery = Delivery(self.broker, cd, self.topic_spec.visibility_timeout_ms, lease)
+        handler = asyncio.current_task()
+        assert handler is not None
+        extender = asyncio.create_task(self._extend_forever(cd, lease, handler))
         outcome = "error"
         started = time.perf_counter()
         try:
             try:
-                await self.spec.controller.process(delivery)
-                if self.chaos is not None:
-                    delivery = await self._chaos(cd, delivery)
+                try:
+                    await self.spec.controller.process(delivery)
+                    if self.chaos is not None:
+                        delivery = await self._chaos(cd, delivery, lease)
+                finally:
+                    extender.cancel()  # from here on it cannot cancel the handler
             except asyncio.CancelledError:
-                outcome = "released"
-                await asyncio.shield(self._settle(self.broker.release(cd)))
-                raise
+                if not lease.lost:
+                    outcome = "released"
+                    await asyncio.shield(self._settle(self.broker.release(cd)))
+                    raise
+                outcome = "lease_lost"  # a stale receipt: nothing to release
+                if not _only_our_cancel(handler, lease):
+                    raise  # also cancelled from outside (shutdown)
             except Exception as exc:
-                outcome = await self._failed(cd, exc)
-            else:
-                if delivery.held_ms is not None:
-                    outcome = "held"
-                    ok = await self._settle(self.broker.hold(cd, delay_ms=delivery.held_ms))
-                else:
-                    outcome = "acked"
-                    ok = await self._settle(self.broker.ack(cd))
-                if ok is False:
+                if lease.lost:  # LeaseLost, or whatever the handler made of it
                     outcome = "lease_lost"
+                    _only_our_cancel(handler, lease)
+                else:
+                    outcome = await self._failed(cd, exc)
+            else:
+                if lease.lost:  # the handler swallowed LeaseLost or the cancellation
+                    outcome = "lease_lost"
+                    _only_our_cancel(handler, lease)
+                else:
+                    outcome = "acked" if delivery.held_ms is None else "held"
+                    ok = await self._settle(
+                        self.broker.ack(cd) if delivery.held_ms is None
+                        else self.broker.hold(cd, delay_ms=delivery.held_ms))
+                    if ok is False:
+                        outcome = "lease_lost"
         finally:
             extender.cancel()
             self._count(outcome)
@@ -330,11 +302,11 @@ class Consumer:
         except Exception:
             log.warning("handler observer failed", extra={"consumer": self.name}, exc_info=True)
 
-    async def _chaos(self, cd: ClaimedDelivery, first: Delivery) -> Delivery:
+    async def _chaos(self, cd: ClaimedDelivery, first: Delivery, lease: Lease) -> Delivery:
         assert self.chaos is not None
         delivery = first
         if self.chaos.duplicate:
-            delivery = Delivery(self.broker, cd, self.topic_spec.visibility_timeout_ms)
+            delivery = Delivery(self.broker, cd, self.topic_spec.visibility_timeout_ms, lease)
             await self.spec.controller.process(delivery)
         if self.chaos.should_fail():
             raise ChaosFailure("chaos mode: failing after the handler's writes")
@@ -384,6 +356,15 @@ class Consumer:
         c.by_outcome[outcome] = c.by_outcome.get(outcome, 0) + 1
         if hasattr(c, outcome) and isinstance(getattr(c, outcome), int):
             setattr(c, outcome, getattr(c, outcome) + 1)
+
+
+def _only_our_cancel(handler: asyncio.Task[Any], lease: Lease) -> bool:
+    """Withdraw the cancellation the lease extender requested; ``True`` if no other
+    cancellation (a shutdown) is pending, so the handler task may end normally."""
+    if lease.cancelled_handler:
+        lease.cancelled_handler = False
+        return handler.uncancel() == 0
+    return handler.cancelling() == 0
 
 
 class ConsumerService:

@@ -24,7 +24,17 @@ class PayloadTooLarge(QueueError):
 
 
 class LeaseLost(QueueError):
-    """The delivery's lease expired and another consumer may hold the message now."""
+    """This delivery's lease is no longer held: its receipt token is stale.
+
+    The lease lapsed and another consumer claimed the message, a restart of this
+    member took its claims back, or an operator discarded the message. The holder must
+    not act on the message any more (no push, no trigger). The consumer framework
+    discards the outcome of a handler whose lease was lost without settling anything
+    (no attempt is counted, nothing is retried or dead-lettered): the successor owns
+    the message. ``retryable`` only matters outside the framework.
+    """
+
+    retryable = True
 
 
 class MessageNotFound(QueueError):

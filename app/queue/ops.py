@@ -200,17 +200,22 @@ def claim(
     lease_until: int,
     token: str,
     consumer: str,
+    generation: int | None = None,
 ) -> Op[list[ClaimedDelivery]]:
-    """Lease up to ``limit`` deliveries; attempts are counted durably at claim time."""
+    """Lease up to ``limit`` deliveries; attempts are counted durably at claim time.
+
+    ``consumer`` (the member id, or the process's name) and ``generation`` (the
+    member's incarnation) are recorded with the lease, so a restart of the member can
+    take its claims back (``app/queue/members.py``)."""
     params = {"g": group, "t": topic, "now": now, "n": limit, "lease_until": lease_until,
-              "token": token, "consumer": consumer}
+              "token": token, "consumer": consumer, "gen": generation}
     if d.is_postgres:
         rows = yield Stmt(
             f"""WITH picked AS ({d.claim_candidates(serial)}),
             claimed AS (
               UPDATE queue_deliveries d
               SET available_at_ms = :lease_until, lease_token = :token, leased_by = :consumer,
-                  attempts = d.attempts + 1
+                  lease_generation = :gen, attempts = d.attempts + 1
               FROM picked WHERE d.id = picked.id AND d.available_at_ms <= :now
               RETURNING d.id AS delivery_id, d.attempts, d.message_seq)
             SELECT c.delivery_id, c.attempts, {_MESSAGE_COLUMNS}
@@ -223,7 +228,7 @@ def claim(
         updated = yield Stmt(
             f"""UPDATE queue_deliveries
                 SET available_at_ms = :lease_until, lease_token = :token, leased_by = :consumer,
-                    attempts = attempts + 1
+                    lease_generation = :gen, attempts = attempts + 1
                 WHERE id IN ({d.claim_candidates(serial)}) AND available_at_ms <= :now
                 RETURNING id""",
             params,
@@ -317,8 +322,8 @@ def ack_many(d: Dialect, leases: Sequence[tuple[int, str]], *, now: int) -> Op[s
 def retry(delivery_id: int, token: str, *, at: int, error: str) -> Op[bool]:
     rows = yield Stmt(
         """UPDATE queue_deliveries
-           SET available_at_ms = :at, lease_token = NULL, leased_by = NULL, held = 0,
-               last_error = :err
+           SET available_at_ms = :at, lease_token = NULL, leased_by = NULL, lease_generation = NULL,
+               held = 0, last_error = :err
            WHERE id = :id AND lease_token = :token RETURNING id""",
         {**_owned(delivery_id, token), "at": at, "err": error},
         last=True,
@@ -330,8 +335,8 @@ def hold(delivery_id: int, token: str, *, at: int) -> Op[bool]:
     """Postpone without spending an attempt; the partition waits behind it."""
     rows = yield Stmt(
         """UPDATE queue_deliveries
-           SET available_at_ms = :at, lease_token = NULL, leased_by = NULL, held = 1,
-               attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END
+           SET available_at_ms = :at, lease_token = NULL, leased_by = NULL, lease_generation = NULL,
+               held = 1, attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END
            WHERE id = :id AND lease_token = :token RETURNING id""",
         {**_owned(delivery_id, token), "at": at},
         last=True,
@@ -344,6 +349,7 @@ def release(delivery_id: int, token: str, *, now: int) -> Op[bool]:
     rows = yield Stmt(
         """UPDATE queue_deliveries
            SET available_at_ms = :now, lease_token = NULL, leased_by = NULL,
+               lease_generation = NULL,
                attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END
            WHERE id = :id AND lease_token = :token RETURNING id""",
         {**_owned(delivery_id, token), "now": now},

@@ -10,6 +10,11 @@ The queue's own SQL (``app/queue/sql.py``) names these tables and columns direct
 - ``queue_deliveries``: one row per (consumer group, message) still to be settled;
   its ``id`` orders a partition. Acked deliveries are deleted.
 - ``queue_pauses``: paused consumers (``partition_key = ''``) or partitions.
+- ``queue_members``: one row per member id: its current generation (bumped at each
+  start), heartbeat and clean stop. A delivery in flight records its holder
+  (``leased_by``: the member id, else the process's ``host:pid``) and the holder's
+  ``lease_generation``; ``resumes`` counts how often a restart of its holder took it
+  back (``app/queue/members.py``).
 """
 
 from __future__ import annotations
@@ -72,6 +77,8 @@ queue_deliveries = sa.Table(
     sa.Column("held", sa.Integer(), nullable=False, server_default="0"),
     sa.Column("lease_token", sa.String(64), nullable=True),
     sa.Column("leased_by", sa.String(255), nullable=True),
+    sa.Column("lease_generation", sa.BigInteger(), nullable=True),
+    sa.Column("resumes", sa.Integer(), nullable=False, server_default="0"),
     sa.Column("last_error", sa.Text(), nullable=True),
     sa.Column("created_at_ms", sa.BigInteger(), nullable=False),
     sa.UniqueConstraint("consumer_group", "message_seq", name="uq_queue_deliveries_group_msg"),
@@ -89,4 +96,15 @@ queue_pauses = sa.Table(
     sa.Column("partition_key", sa.String(255), primary_key=True),
     sa.Column("paused_at_ms", sa.BigInteger(), nullable=False),
     sa.Column("reason", sa.Text(), nullable=False, server_default=""),
+)
+
+queue_members = sa.Table(
+    "queue_members",
+    metadata,
+    sa.Column("member_id", sa.String(255), primary_key=True),
+    sa.Column("generation", sa.BigInteger(), nullable=False),
+    sa.Column("incarnation", sa.String(255), nullable=False, server_default=""),
+    sa.Column("started_at_ms", sa.BigInteger(), nullable=False),
+    sa.Column("heartbeat_at_ms", sa.BigInteger(), nullable=False),
+    sa.Column("stopped_at_ms", sa.BigInteger(), nullable=True),
 )

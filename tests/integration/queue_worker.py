@@ -15,6 +15,8 @@ between processes.
 ``--out`` and then blocks forever (until the process is killed), while the consumer
 framework keeps extending its lease.
 
+``--member-id``: the broker's member id (a restart with the same one resumes its claims).
+
 The worker touches ``--ready`` once it is consuming, stops on SIGTERM/SIGINT, and
 exits on its own after ``--lifetime-s`` or when its parent process goes away.
 """
@@ -110,6 +112,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--concurrency", type=int, default=2)
     p.add_argument("--poll-ms", type=int, default=50)
     p.add_argument("--lifetime-s", type=float, default=60.0)
+    p.add_argument("--member-id", default=None)
     return p.parse_args(argv)
 
 
@@ -132,7 +135,7 @@ async def run(args: argparse.Namespace) -> None:
         RecordingController(log, args.sleep_ms) if args.mode == "record"
         else BlockingController(log)
     )
-    broker = Broker(backend_for_url(args.url), topology)
+    broker = Broker(backend_for_url(args.url), topology, member_id=args.member_id)
     await broker.start()
     consumer = Consumer(
         broker,

@@ -218,3 +218,37 @@ async def test_message_of_a_killed_worker_comes_back_after_the_visibility_timeou
         (nxt,) = await broker.claim("g", "crashy", 10)
         assert (nxt.message.message_id, nxt.attempt) == ("second", 1)
         assert await broker.ack(nxt)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+async def test_a_killed_worker_restarted_with_its_member_id_resumes_its_message_at_once(
+    database_url: str, tmp_path: Path,
+) -> None:
+    visibility_ms = 30_000  # far longer than the test: only a resume can bring it back
+    out = tmp_path / "started.jsonl"
+    topo = topology("resumable", serial=True, visibility_timeout_ms=visibility_ms)
+    args = ["--url", database_url, "--topic", "resumable", "--serial", "--mode", "block",
+            "--out", str(out), "--visibility-ms", str(visibility_ms), "--concurrency", "1",
+            "--member-id", "worker-a"]
+    async with started_broker(database_url, topo) as broker:
+        await broker.publish("resumable", {"n": 1}, partition_key="p", message_id="first")
+        (tmp_path / "1").mkdir()
+        with workers(tmp_path / "1", 1, args) as (w1,):
+            await wait_ready([w1])
+            await eventually(lambda: len(read_lines(out)) == 1, timeout=20,
+                             what="the handler to start")
+            os.kill(w1.pid, signal.SIGKILL)
+            w1.proc.wait(timeout=5)
+        assert w1.proc.returncode == -signal.SIGKILL
+        restarted_at = time.monotonic()
+        (tmp_path / "2").mkdir()
+        with workers(tmp_path / "2", 1, args) as (w2,):
+            await eventually(lambda: len(read_lines(out)) == 2, timeout=20,
+                             what="the restarted worker to take its message back")
+            after = time.monotonic() - restarted_at
+            assert w2.proc.poll() is None, w2.output()
+        first, again = read_lines(out)
+        assert (first["message_id"], first["attempt"], first["pid"]) == ("first", 1, w1.pid)
+        assert (again["message_id"], again["attempt"], again["pid"]) == ("first", 1, w2.pid)
+        assert after < visibility_ms / 1000 / 2, f"resumed only after {after:.1f}s"

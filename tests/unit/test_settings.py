@@ -49,3 +49,16 @@ def test_environment_overrides_and_validation(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("SQ_PORT", "70000")
     with pytest.raises(ValidationError, match="port"):
         Settings(_env_file=None)  # type: ignore[call-arg]
+
+
+def test_member_id_is_configured_or_derived_from_host_role_and_port(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("socket.gethostname", lambda: "build-7")
+    s = Settings(_env_file=None, role="worker", port=8100)  # type: ignore[call-arg]
+    assert s.effective_member_id == "build-7:worker:8100"
+    monkeypatch.setenv("SQ_MEMBER_ID", "sq-worker-2")
+    assert Settings(_env_file=None).effective_member_id == "sq-worker-2"  # type: ignore[call-arg]
+    monkeypatch.setenv("SQ_MEMBER_ID", "two words")
+    with pytest.raises(ValidationError, match="member_id"):
+        Settings(_env_file=None)  # type: ignore[call-arg]
