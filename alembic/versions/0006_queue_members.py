@@ -1,7 +1,7 @@
 """queue members: a claim records its holder's generation; a restart resumes its claims
 
 Revision ID: 0006
-Revises: 0004
+Revises: 0005
 Create Date: 2026-12-02
 """
 
