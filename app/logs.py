@@ -10,8 +10,10 @@
 - Secrets are never written: the value of any key that names one (``token``,
   ``secret``, ``password``, ``authorization``, ``api_key``, ``cookie``, ...) becomes
   ``[redacted]``, at any depth; in every string (the message, exception text) a
-  ``Bearer <token>`` and the password of a ``scheme://user:password@host`` URL are
-  masked too.
+  ``Bearer <token>``, the password of a ``scheme://user:password@host`` URL and the
+  value of a secret-named query parameter (``?token=``, ``access_token=``,
+  ``api_key=``, ``secret=``, ``password=``, ``key=``, ``sig=``, ...: the access log's
+  request line) are masked too.
 """
 
 from __future__ import annotations
@@ -41,11 +43,23 @@ _NOT_SECRET = frozenset({"token_count", "secret_env"})
 _URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.\-]*://[^:/?#@\s]+:)[^@/\s]+(?=@)",
                            re.IGNORECASE)
 _BEARER = re.compile(r"(?P<head>\b(?:bearer|basic)\s+)[A-Za-z0-9._~+/=:\-]+", re.IGNORECASE)
+_QUERY_PARAM = re.compile(r"(?P<head>[?&;](?P<name>[A-Za-z0-9_.~%\-\[\]]+)=)[^&;#\s\"'<>]*")
+# Query parameter names that hold credentials without a secret word in them.
+_QUERY_SECRET = frozenset({"key", "sig", "signature", "auth", "code", "access_key"})
+
+
+def _mask_query_value(match: re.Match[str]) -> str:
+    name = match.group("name").lower()
+    if name in _QUERY_SECRET or _is_secret_key(name):
+        return match.group("head") + REDACTED
+    return match.group(0)
 
 
 def redact_text(text: str) -> str:
-    """Mask credentials inside free text (URLs with a password, bearer tokens)."""
+    """Mask credentials inside free text (URLs with a password, secret query values,
+    bearer tokens)."""
     text = _URL_PASSWORD.sub(lambda m: m.group("head") + REDACTED, text)
+    text = _QUERY_PARAM.sub(_mask_query_value, text)
     return _BEARER.sub(lambda m: m.group("head") + REDACTED, text)
 
 
