@@ -14,6 +14,7 @@ a filesystem of its own:
 | the build's scratch ``HOME`` / ``TMPDIR`` | read-write (removed after the build) |
 | ``/tmp``, ``/var/tmp`` | empty, private (tmpfs) |
 | ``/proc``, ``/dev`` | a fresh ``/proc`` of the build's own PID namespace; a minimal ``/dev`` |
+| the parents of those paths | empty directories, read-only (as is ``/`` itself) |
 | anything else (the server's data directory: database, mirrors, other builds' trees; its ``.env``, queues file, ``/root``, ``/home``, ``/run``, ``/sys``) | absent |
 
 The environment is the one the runner hands over (``process.build_env``): nothing of
@@ -156,7 +157,8 @@ class Bwrap:
                         f"directory {hidden}: builds would see other builds and the "
                         "mirrors; move git.work_dir out of it")
         args += ["--bind", str(home), str(home), "--bind", str(tree), str(tree),
-                 "--chdir", str(tree), "--json-status-fd", str(status_fd), "--", *command]
+                 "--remount-ro", "/", "--chdir", str(tree),
+                 "--json-status-fd", str(status_fd), "--", *command]
         return args
 
 
