@@ -150,9 +150,7 @@ async def test_a_change_that_replaces_the_test_script_cannot_read_the_servers_se
             sqid = r.json()["sqid"]
             assert await wait_terminal(client, sqid) == "landed"
             [text] = await build_logs(client, sqid)
-            r = await client.get("/readyz")
-            assert r.json()["checks"]["builds"]["queues"]["sandbox"] == {
-                "ok": True, "sandbox": "bwrap", "network": False}, r.text
+            ready = (await client.get("/readyz")).json()
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -168,6 +166,8 @@ async def test_a_change_that_replaces_the_test_script_cannot_read_the_servers_se
     assert not any(k.startswith("SQ_") and k not in (
         "SQ_QUEUE", "SQ_BUILD_ID", "SQ_BATCH_ID", "SQ_PATH_ID", "SQ_ATTEMPT", "SQ_BASE",
         "SQ_HEAD") for k in seen["env"])
+    assert ready["checks"]["builds"]["queues"]["sandbox"] == {
+        "ok": True, "sandbox": "bwrap", "network": False}, ready
 
 
 BUILD_PY = """\
