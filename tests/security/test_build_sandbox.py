@@ -12,6 +12,7 @@ import os
 import re
 import sys
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -172,6 +173,7 @@ async def test_a_hostile_build_sees_only_its_tree_the_system_and_its_own_env(
     assert (other_tree / "targets.json").exists()
 
     outside = runner.root / "written-from-the-build.txt"
+    in_tmp = Path(f"/tmp/sq-build-{uuid.uuid4().hex}.txt")
     uri = attack(remote, "evil", {
         "server_pid": os.getpid(),
         "read": {"database": str(tmp_path / "sq.db"), "dotenv": str(tmp_path / ".env"),
@@ -183,7 +185,7 @@ async def test_a_hostile_build_sees_only_its_tree_the_system_and_its_own_env(
         "list": {"trees": str(runner.trees), "mirrors": str(runner.root / "mirrors"),
                  "root_home": "/root", "slash": "/"},
         "write": {"outside": str(outside), "repository": str(remote.bare / "pwned"),
-                  "usr": "/usr/pwned", "tree": "mine.txt", "tmp": "/tmp/mine.txt"},
+                  "usr": "/usr/pwned", "tree": "mine.txt", "tmp": str(in_tmp)},
     })
     build_id = await runner.trigger(request(uri))
     report = await finished(runner, build_id)
@@ -213,7 +215,7 @@ async def test_a_hostile_build_sees_only_its_tree_the_system_and_its_own_env(
     assert seen["usr"] == "OSError"  # EROFS: a read-only file system
     assert seen["repository"] == "FileNotFoundError"
     assert not outside.exists() and not (remote.bare / "pwned").exists()
-    assert not Path("/tmp/mine.txt").exists()
+    assert not in_tmp.exists()  # its /tmp was its own
     # the build's own environment: the documented variables only
     assert set(seen["env"]) <= {"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL",
                                 "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "SQ_QUEUE",
