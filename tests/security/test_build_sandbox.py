@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import re
+import subprocess
 import sys
 import time
 import uuid
@@ -274,6 +275,54 @@ async def test_a_timeout_or_cancel_kills_every_process_of_the_sandboxed_build(
     await wait_no_processes(build_id)
     assert not any(Path(f"/proc/{pid}").exists() and pid in processes_of(build_id)
                    for pid in before)
+
+
+SERVER = """\
+import asyncio, sys
+from pathlib import Path
+from app.extensions.base import BuildRequest
+from app.extensions.builds.command import CommandBuildRunner
+from app.extensions.builds.memory import MemoryBuildStore
+
+async def main():
+    key, remote, work, head = sys.argv[1:5]
+    runner = CommandBuildRunner(queue="q", command=["{python}", "attack.py"],
+                                repos={key: remote}, target_branch="main",
+                                work_dir=Path(work), store=MemoryBuildStore())
+    await runner.start()
+    print(await runner.trigger(BuildRequest(queue="q", batch_id="q/batch/1", path_id="p",
+                                            attempt=1, base_changes=(), head_changes=(head,))),
+          flush=True)
+    await asyncio.sleep(120)
+
+asyncio.run(main())
+"""
+
+
+async def test_a_sandboxed_build_dies_with_its_server(
+    tmp_path: Path, remote: GitSandbox,
+) -> None:
+    uri = attack(remote, "orphan", {"spawn": True, "sleep": 60})
+    (tmp_path / "server.py").write_text(SERVER)
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen(
+        [sys.executable, str(tmp_path / "server.py"), KEY, str(remote.bare),
+         str(tmp_path / "builds"), uri], cwd=root, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(root)})
+    try:
+        assert proc.stdout is not None
+        build_id = (await asyncio.to_thread(proc.stdout.readline)).strip()
+        assert build_id.startswith("cmd-"), build_id
+        await wait_processes(build_id, at_least=5)  # bwrap, init, command, child, escapee
+        proc.kill()  # the server dies without stopping anything
+        proc.wait(timeout=10)
+        await wait_no_processes(build_id)  # --die-with-parent: nothing of it is left
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 async def test_a_command_killed_by_a_signal_is_reported_as_killed(
