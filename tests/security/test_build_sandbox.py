@@ -27,7 +27,7 @@ from app.domain.queue_config import parse_queues
 from app.domain.states import BuildStatus
 from app.extensions.base import BuildReport, BuildRequest
 from app.extensions.builds.command import CommandBuildRunner
-from app.extensions.builds.sandbox import Bwrap, find_bwrap
+from app.extensions.builds.sandbox import Bwrap, SandboxUnavailable, find_bwrap
 from app.extensions.factory import build_extensions
 from tests.gitfixtures import GitSandbox, change_uri
 from tests.security.attack import ATTACK, needs_bwrap
@@ -447,3 +447,14 @@ def test_the_sandbox_argv_binds_only_what_a_build_needs(tmp_path: Path) -> None:
     with_python = Bwrap(binary="b").argv(["{python}"], tree=tmp_path, home=tmp_path,
                                          status_fd=3, python=True)
     assert sys.base_prefix in with_python or sys.base_prefix.startswith("/usr")
+
+
+def test_a_build_directory_inside_a_read_only_bind_refuses_the_sandbox(tmp_path: Path) -> None:
+    """A venv that also holds the data directory (``/srv/sq`` with ``/srv/sq/var``) would
+    show every build the mirrors and other trees: no sandbox then, and the reason."""
+    inside = Path(sys.prefix) / "var" / "git" / "q" / "builds"
+    with pytest.raises(SandboxUnavailable, match="contains the build directory"):
+        Bwrap(binary="bwrap").argv(["{python}"], tree=tmp_path, home=tmp_path, status_fd=3,
+                                   python=True, hidden=inside)
+    Bwrap(binary="bwrap").argv(["make"], tree=tmp_path, home=tmp_path, status_fd=3,
+                               python=False, hidden=inside)  # no {python}: nothing bound

@@ -156,7 +156,8 @@ class CommandBuildRunner:
         self._live: dict[str, _Live] = {}
         self._lock_fd: int | None = None
         self._heartbeat: asyncio.Task[None] | None = None
-        self.sandbox = SandboxGuard(queue, sandbox, self.root / f".probe-{uuid.uuid4().hex[:12]}")
+        self.sandbox = SandboxGuard(queue, sandbox, self.root / f".probe-{uuid.uuid4().hex[:12]}",
+                                    python=PYTHON_PLACEHOLDER in self.command, hidden=self.root)
 
     # -- lifecycle -------------------------------------------------------------
     async def start(self) -> None:
@@ -360,8 +361,8 @@ class CommandBuildRunner:
                 return await run_sandboxed(
                     self.sandbox.sandbox, argv, tree=tree.path, home=home, env=env,
                     log=live.log, timeout_s=self.timeout_s, cancelled=live.cancelled,
-                    grace_s=self.kill_grace_s, on_start=started, hidden=self.root,
-                    python=PYTHON_PLACEHOLDER in self.command)
+                    grace_s=self.kill_grace_s, on_start=started, hidden=self.sandbox.hidden,
+                    python=self.sandbox.python)
         finally:
             self._slots.release()
 

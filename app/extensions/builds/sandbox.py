@@ -201,7 +201,8 @@ def signal_name(code: int) -> str | None:
         return None
 
 
-async def probe(sandbox: Bwrap, scratch: Path, env: dict[str, str]) -> str | None:
+async def probe(sandbox: Bwrap, scratch: Path, env: dict[str, str], *, python: bool = False,
+                hidden: Path | None = None) -> str | None:
     """Run ``true`` in a sandbox like a build's; None if it works, else why not."""
     tree, home = scratch / "tree", scratch / "home"
     for path in (tree, home):
@@ -209,7 +210,8 @@ async def probe(sandbox: Bwrap, scratch: Path, env: dict[str, str]) -> str | Non
     read, write = os.pipe()
     try:
         try:
-            argv = sandbox.argv(["true"], tree=tree, home=home, status_fd=write, python=False)
+            argv = sandbox.argv(["true"], tree=tree, home=home, status_fd=write, python=python,
+                                hidden=hidden)
             proc = await asyncio.create_subprocess_exec(
                 *argv, env=env, stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
@@ -295,10 +297,13 @@ class SandboxGuard:
     failed to set up) every build ends ``errored`` with the reason, never unsandboxed.
     """
 
-    def __init__(self, queue: str, sandbox: Bwrap | None, scratch: Path) -> None:
+    def __init__(self, queue: str, sandbox: Bwrap | None, scratch: Path, *,
+                 python: bool = False, hidden: Path | None = None) -> None:
         self.queue = queue
         self.sandbox = sandbox
-        self.scratch = scratch
+        self.scratch = scratch  # the trial sandbox's tree and home (removed after)
+        self.python = python  # the builds use {python}: the trial binds it too
+        self.hidden = hidden  # the runner's build directory: never inside a bind
         self.problem: str | None = None
         self._checked = False
         self._lock = asyncio.Lock()
@@ -323,7 +328,8 @@ class SandboxGuard:
         async with self._lock:
             if not self._checked or self.problem is not None:
                 self.problem = await probe(self.sandbox, self.scratch,
-                                           build_env(self.scratch, {}))
+                                           build_env(self.scratch, {}), python=self.python,
+                                           hidden=self.hidden)
                 self._checked = True
         return self.problem
 
