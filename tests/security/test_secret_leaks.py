@@ -219,6 +219,7 @@ async def test_an_unsandboxed_queue_is_warned_about_at_start_up_and_on_readyz(
     assert any("queue sandbox runs its builds UNSANDBOXED" in w for w in warnings), warnings
 
 
+@pytest.mark.slow
 async def test_a_queue_whose_builds_cannot_be_sandboxed_is_not_ready_and_says_why(
     database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
