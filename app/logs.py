@@ -7,6 +7,8 @@
   ``group``, ``message_id``, ``partition_key``, ``attempt`` and the payload's
   ``queue`` / ``sqid`` / ``batch_id`` around every handler) appear on every line the
   unit of work writes, stdlib ``logging`` calls included.
+- uvicorn's loggers (the access log included) go through the same handler, also when
+  uvicorn configured its own.
 - Secrets are never written: the value of any key that names one (``token``,
   ``secret``, ``password``, ``authorization``, ``api_key``, ``cookie``, ...) becomes
   ``[redacted]``, at any depth; in every string (the message, exception text) a
@@ -28,6 +30,7 @@ import structlog
 
 REDACTED = "[redacted]"
 QUEUE_LOGGER = "submitqueue.queue"
+UVICORN_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access")
 
 _EXTRA_SKIP = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {
     "message",
@@ -136,6 +139,11 @@ def configure_logging(level: str = "INFO", queue_level: str = "WARNING", *,
     handler.setFormatter(formatter)
     root = logging.getLogger()
     root.handlers[:] = [handler]
+    # uvicorn's own logging config (``uvicorn --factory app.main:app_factory``) gives its
+    # loggers handlers of their own that print unredacted: route them through ours.
+    for name in UVICORN_LOGGERS:
+        logging.getLogger(name).handlers[:] = []
+        logging.getLogger(name).propagate = True
     root.setLevel(level.upper())
     logging.getLogger(QUEUE_LOGGER).setLevel(queue_level.upper())
     logging.getLogger("alembic").setLevel(max(logging.WARNING, root.level))

@@ -62,3 +62,4 @@ async def test_a_token_in_the_query_string_is_masked_in_the_access_log(
     assert "token=[redacted]&limit=5&access_token=[redacted]&api_key=[redacted]" in lines[0]
     for secret in (token, token.split(":", 1)[1], *others.values()):
         assert secret not in out.text
+

@@ -3,9 +3,17 @@
 
 from __future__ import annotations
 
+import logging
+import logging.config
+import uuid
+
+import pytest
+import uvicorn
+
 from app.domain.redaction import REDACTED, SecretMask
 from app.logs import redact_text
 from app.settings import Settings
+from tests.unit.test_logs import captured_logs
 
 
 def test_the_settings_name_the_admin_token_and_the_database_passwords() -> None:
@@ -37,3 +45,29 @@ def test_secret_query_values_are_masked_and_others_kept() -> None:
         f'{REDACTED}&API_KEY={REDACTED}&sig={REDACTED}&cursor=mno&secret_env=SQ_X HTTP/1.1" 401')
     assert redact_text("/queues/demo/requests?sq-files=a.py&sq-fake=build-fail") == \
         "/queues/demo/requests?sq-files=a.py&sq-fake=build-fail"
+
+
+def test_the_access_log_is_masked_also_when_uvicorn_configured_its_own_logging(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``uvicorn --factory app.main:app_factory`` installs uvicorn's logging config (an
+    access handler of its own on stdout) before the factory runs configure_logging."""
+    names = ("uvicorn", "uvicorn.error", "uvicorn.access")
+    saved = {n: (list(logging.getLogger(n).handlers), logging.getLogger(n).propagate,
+                 logging.getLogger(n).level) for n in names}
+    secret = uuid.uuid4().hex
+    try:
+        logging.config.dictConfig(uvicorn.config.LOGGING_CONFIG)
+        with captured_logs("INFO") as out:
+            logging.getLogger("uvicorn.access").info(
+                '%s - "%s %s HTTP/%s" %d', "127.0.0.1:1", "GET",
+                f"/api/v1/admin/topics?token={secret}", "1.1", 401)
+    finally:
+        for n, (handlers, propagate, level) in saved.items():
+            logger = logging.getLogger(n)
+            logger.handlers[:], logger.propagate = handlers, propagate
+            logger.setLevel(level)
+    printed = capsys.readouterr()
+    assert secret not in printed.out + printed.err
+    assert secret not in out.text
+    assert "/api/v1/admin/topics?token=[redacted] HTTP/1.1" in out.text
