@@ -223,6 +223,7 @@ async def test_a_hostile_build_sees_only_its_tree_the_system_and_its_own_env(
                                 "SQ_BUILD_ID", "SQ_BATCH_ID", "SQ_PATH_ID", "SQ_ATTEMPT",
                                 "SQ_BASE", "SQ_HEAD", "PWD"}  # bwrap sets PWD
     assert seen["env"]["SQ_BUILD_ID"] == build_id
+    assert len(seen["fds"]) == 4 and seen["fds"][:3] == [0, 1, 2]  # nothing of the server's
     for secret in ("admin-token-of-the-server", "envfile-secret-of-the-server",
                    "queues-file-of-the-server"):
         assert secret not in text
