@@ -7,11 +7,15 @@
   ``group``, ``message_id``, ``partition_key``, ``attempt`` and the payload's
   ``queue`` / ``sqid`` / ``batch_id`` around every handler) appear on every line the
   unit of work writes, stdlib ``logging`` calls included.
+- uvicorn's loggers (the access log included) go through the same handler, also when
+  uvicorn configured its own.
 - Secrets are never written: the value of any key that names one (``token``,
   ``secret``, ``password``, ``authorization``, ``api_key``, ``cookie``, ...) becomes
   ``[redacted]``, at any depth; in every string (the message, exception text) a
-  ``Bearer <token>`` and the password of a ``scheme://user:password@host`` URL are
-  masked too.
+  ``Bearer <token>``, the password of a ``scheme://user:password@host`` URL and the
+  value of a secret-named query parameter (``?token=``, ``access_token=``,
+  ``api_key=``, ``secret=``, ``password=``, ``key=``, ``sig=``, ...: the access log's
+  request line) are masked too.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import structlog
 
 REDACTED = "[redacted]"
 QUEUE_LOGGER = "submitqueue.queue"
+UVICORN_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access")
 
 _EXTRA_SKIP = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {
     "message",
@@ -41,11 +46,23 @@ _NOT_SECRET = frozenset({"token_count", "secret_env"})
 _URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.\-]*://[^:/?#@\s]+:)[^@/\s]+(?=@)",
                            re.IGNORECASE)
 _BEARER = re.compile(r"(?P<head>\b(?:bearer|basic)\s+)[A-Za-z0-9._~+/=:\-]+", re.IGNORECASE)
+_QUERY_PARAM = re.compile(r"(?P<head>[?&;](?P<name>[A-Za-z0-9_.~%\-\[\]]+)=)[^&;#\s\"'<>]*")
+# Query parameter names that hold credentials without a secret word in them.
+_QUERY_SECRET = frozenset({"key", "sig", "signature", "auth", "code", "access_key"})
+
+
+def _mask_query_value(match: re.Match[str]) -> str:
+    name = match.group("name").lower()
+    if name in _QUERY_SECRET or _is_secret_key(name):
+        return match.group("head") + REDACTED
+    return match.group(0)
 
 
 def redact_text(text: str) -> str:
-    """Mask credentials inside free text (URLs with a password, bearer tokens)."""
+    """Mask credentials inside free text (URLs with a password, secret query values,
+    bearer tokens)."""
     text = _URL_PASSWORD.sub(lambda m: m.group("head") + REDACTED, text)
+    text = _QUERY_PARAM.sub(_mask_query_value, text)
     return _BEARER.sub(lambda m: m.group("head") + REDACTED, text)
 
 
@@ -122,6 +139,11 @@ def configure_logging(level: str = "INFO", queue_level: str = "WARNING", *,
     handler.setFormatter(formatter)
     root = logging.getLogger()
     root.handlers[:] = [handler]
+    # uvicorn's own logging config (``uvicorn --factory app.main:app_factory``) gives its
+    # loggers handlers of their own that print unredacted: route them through ours.
+    for name in UVICORN_LOGGERS:
+        logging.getLogger(name).handlers[:] = []
+        logging.getLogger(name).propagate = True
     root.setLevel(level.upper())
     logging.getLogger(QUEUE_LOGGER).setLevel(queue_level.upper())
     logging.getLogger("alembic").setLevel(max(logging.WARNING, root.level))

@@ -22,8 +22,9 @@ from app.db import migrate
 from app.db.engine import Database
 from app.db.repos.build_runs import SqlBuildStore
 from app.domain.queue_config import QueueConfig
+from app.domain.redaction import SecretMask
 from app.extensions.base import QueueExtensions
-from app.extensions.factory import ExtensionRegistry, load_queues_file
+from app.extensions.factory import ExtensionRegistry, load_queues_file, webhook_secrets
 from app.logs import configure_logging
 from app.metrics import Metrics, state_source
 from app.queue import Backoff, Broker, Chaos, ConsumerService, backend_for_url
@@ -48,9 +49,11 @@ class Runtime:
                                           refresh_interval_ms=settings.metrics_refresh_ms)
         self.queues: dict[str, QueueConfig] = load_queues_file(settings.queues_file)
         self.db = Database(settings.database_url)
+        # known secrets never reach a stored build log (served to anyone)
+        mask = SecretMask.of([*settings.secret_values(), *webhook_secrets(self.queues)])
         self.extensions = ExtensionRegistry(self.queues, overrides=extension_overrides,
                                             scorer_factory=build_scorer,
-                                            build_store=SqlBuildStore(self.db),
+                                            build_store=SqlBuildStore(self.db, mask=mask),
                                             public_url=settings.public_url)
         topology = build_topology(TopicSettings(
             max_attempts=settings.queue_max_attempts,
@@ -123,6 +126,9 @@ class Runtime:
             checks["migrations"] = migration_state(current, self.settings.database_url)
         except Exception as exc:
             checks["database"] = {"ok": False, "error": type(exc).__name__}
+        # command builds: each queue's sandbox (not ok while builds cannot be sandboxed;
+        # a warning for queues that run them unsandboxed)
+        checks["builds"] = self.extensions.build_readiness()
         running = self.consumers.running
         checks["consumers"] = {
             "ok": self.started and running == len(self.consumers.consumers),

@@ -9,6 +9,7 @@ import socket
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -85,6 +86,19 @@ class Settings(BaseSettings):
     @property
     def effective_queue_database_url(self) -> str:
         return self.queue_database_url or self.database_url
+
+    def secret_values(self) -> list[str]:
+        """Values that must never be shown (masked in stored build logs): the admin token
+        (and its secret part when written ``label:secret``) and the database passwords."""
+        values = [self.admin_token or ""]
+        if self.admin_token and ":" in self.admin_token:
+            values.append(self.admin_token.partition(":")[2])
+        for url in (self.database_url, self.queue_database_url or ""):
+            try:
+                values.append(urlsplit(url).password or "")
+            except ValueError:  # not a URL we can read: nothing to mask in it
+                continue
+        return [v for v in values if v]
 
     @property
     def effective_member_id(self) -> str:

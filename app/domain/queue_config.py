@@ -59,7 +59,7 @@ class ChangeProviderConfig(_Cfg):
 
 _RUNNER_KEYS = {
     "fake": {"type", "delay_ms"},
-    "command": {"type", "command", "timeout_s", "max_parallel"},
+    "command": {"type", "command", "timeout_s", "max_parallel", "sandbox", "network"},
     "webhook": {"type", "url", "secret_env", "timeout_s"},
 }
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -72,7 +72,11 @@ class BuildRunnerConfig(_Cfg):
     - ``command``: builds the speculative tree in a git worktree (the queue needs a
       ``git`` block) and runs ``command`` (an argv list, never a shell; an argument
       ``{python}`` is this server's Python) there, at most ``max_parallel`` at a time,
-      each stopped after ``timeout_s`` (default 600).
+      each stopped after ``timeout_s`` (default 600). ``sandbox``: ``bwrap`` (default:
+      bubblewrap isolates the command, see ``app/extensions/builds/sandbox.py``) or
+      ``none`` (unsandboxed: only for trusted changes; warned about at start-up and on
+      ``/readyz``). ``network``: whether a sandboxed build may use the host's network
+      (default false: loopback of its own only).
     - ``webhook``: POSTs each build to ``url`` signed with the secret held by the
       environment variable ``secret_env``; CI reports back to the callback URL. A
       build with no verdict ``timeout_s`` (default 3600) after its trigger errors.
@@ -85,6 +89,8 @@ class BuildRunnerConfig(_Cfg):
     max_parallel: int = Field(default=2, ge=1, le=64)
     url: str = ""
     secret_env: str = ""
+    sandbox: Literal["bwrap", "none"] = "bwrap"
+    network: bool = False
 
     @field_validator("command")
     @classmethod
@@ -102,6 +108,10 @@ class BuildRunnerConfig(_Cfg):
         if self.type == "command" and not self.command:
             raise ValueError('build_runner type command needs command: an argv list such as '
                              '["{python}", "sq_test.py"] (run in the tree, never by a shell)')
+        if self.sandbox == "none" and "network" in self.model_fields_set:
+            raise ValueError("build_runner network applies to sandbox: bwrap only (with "
+                             "sandbox: none a build always has the host's network); drop "
+                             "network or use sandbox: bwrap")
         if self.type == "webhook":
             parts = urlsplit(self.url)
             if parts.scheme not in ("http", "https") or not parts.netloc:

@@ -15,7 +15,7 @@ import subprocess
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import assert_never
+from typing import Any, assert_never
 from urllib.parse import unquote, urlsplit
 
 from app.domain.errors import NotFound, ValidationError
@@ -33,6 +33,7 @@ from app.extensions.base import (
 from app.extensions.builds.command import CommandBuildRunner
 from app.extensions.builds.fake import FakeBuildRunner
 from app.extensions.builds.memory import MemoryBuildStore
+from app.extensions.builds.sandbox import Bwrap
 from app.extensions.builds.webhook import WebhookBuildRunner
 from app.extensions.changes.fake import FakeChangeProvider
 from app.extensions.changes.git import GitChangeProvider
@@ -78,7 +79,8 @@ def _runner(config: QueueConfig, store: BuildStore, public_url: str) -> BuildRun
             return CommandBuildRunner(
                 queue=config.name, command=cfg.command, repos={git.repo_key: git.repository},
                 target_branch=git.target_branch, work_dir=_work_dir(config) / "builds",
-                store=store, timeout_s=cfg.effective_timeout_s, max_parallel=cfg.max_parallel)
+                store=store, timeout_s=cfg.effective_timeout_s, max_parallel=cfg.max_parallel,
+                sandbox=Bwrap(network=cfg.network) if cfg.sandbox == "bwrap" else None)
         case "webhook":
             secret = os.environ.get(cfg.secret_env, "")
             if not secret:
@@ -323,6 +325,21 @@ class ExtensionRegistry:
         while self._started:
             await self._started.pop().stop()
 
+    def build_readiness(self) -> dict[str, Any]:
+        """The ``builds`` readiness check: each started command runner's sandbox state.
+
+        Not ok while a queue's builds cannot be sandboxed as configured (they end
+        ``errored``); ok but with a ``warning`` naming the queues that run unsandboxed."""
+        queues = {name: ext.runner.readiness() for name, ext in self._extensions.items()
+                  if isinstance(ext.runner, CommandBuildRunner) and ext.runner in self._started}
+        check: dict[str, Any] = {"ok": all(q["ok"] for q in queues.values()), "queues": queues}
+        bare = [name for name, q in queues.items() if q["sandbox"] == "none"]
+        if bare:
+            check["warning"] = (f"builds of {', '.join(bare)} run unsandboxed "
+                                "(build_runner.sandbox: none): a change's build can read this "
+                                "server's secrets")
+        return check
+
     @classmethod
     def from_file(cls, path: Path, *,
                   scorer_factory: ScorerFactory | None = None) -> ExtensionRegistry:
@@ -354,6 +371,13 @@ class ExtensionRegistry:
             f"queue {name!r} is not configured (configured queues: {known}); "
             "add it to the queues file (SQ_QUEUES_FILE) and restart"
         )
+
+
+def webhook_secrets(configs: Mapping[str, QueueConfig]) -> list[str]:
+    """The shared secrets the webhook runners of ``configs`` read from the environment
+    (the composition root masks them in stored build logs)."""
+    return [secret for cfg in configs.values() if cfg.build_runner.type == "webhook"
+            if (secret := os.environ.get(cfg.build_runner.secret_env, ""))]
 
 
 def load_queues_file(path: Path) -> dict[str, QueueConfig]:

@@ -210,6 +210,9 @@ async def test_killing_the_server_mid_build_and_restarting_still_lands_once(
     hold, pids = tmp_path / "hold", tmp_path / "pids"
     hold.write_text("held")
     pids.mkdir()
+    # unsandboxed: the build reads and writes files outside its tree, and must outlive its
+    # server (a sandboxed build dies with it: tests/security)
+    write_queues(tmp_path, QUEUES.replace("max_parallel: 2}", "max_parallel: 2, sandbox: none}"))
     change = sandbox.branch("held", {"app/held.txt": "held\n", "hold.json": json.dumps(
         {"hold": str(hold), "pids": str(pids)})}, "A change built while the server dies")
     port = free_port()

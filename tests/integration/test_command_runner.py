@@ -108,7 +108,9 @@ async def make_runner(
                                       str(tmp_path / "seen")],
             "repos": {KEY: str(remote.bare)}, "target_branch": "main",
             "work_dir": tmp_path / "builds", "store": store, "timeout_s": 30,
-            "max_parallel": 2, "kill_grace_s": 1.0, **kw}
+            "max_parallel": 2, "kill_grace_s": 1.0,
+            "sandbox": None,  # the probe writes outside its tree (tests/security: sandboxed)
+            **kw}
         runner = CommandBuildRunner(**args)
         made.append(runner)
         return runner
@@ -400,7 +402,8 @@ async def main():
     url, remote, work, probe, seen, head = sys.argv[1:7]
     runner = CommandBuildRunner(
         queue="q", command=["{python}", probe, seen], repos={"KEY": remote},
-        target_branch="main", work_dir=Path(work), store=SqlBuildStore(Database(url)))
+        target_branch="main", work_dir=Path(work), store=SqlBuildStore(Database(url)),
+        sandbox=None)
     await runner.start()
     build_id = await runner.trigger(BuildRequest(
         queue="q", batch_id="q/batch/1", path_id="p", attempt=1, base_changes=(),

@@ -3,12 +3,15 @@
 ``SqlBuildStore`` is the ``BuildStore`` (``app/extensions/base.py``) the composition
 root hands to the runners; the module functions are its SQL, one transaction each.
 Writes that change a run are guarded by its status: a finished run (terminal status)
-is never changed again, so the first verdict stands.
+is never changed again, so the first verdict stands. The store masks known secret
+values (``mask``: the composition root's ``SecretMask`` of the admin token, database
+passwords and webhook secrets) in every log and detail it writes, since
+``GET /api/v1/builds/{id}/log`` serves them to anyone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -95,8 +98,9 @@ async def unfinished(session: AsyncSession, *, owner_group: str) -> list[BuildRu
 class SqlBuildStore:
     """The ``BuildStore`` on the application database (shared by every process)."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, *, mask: Callable[[str], str] | None = None) -> None:
         self.db = db
+        self.mask = mask or (lambda text: text)
 
     async def create(self, run: BuildRun) -> None:
         async with self.db.write() as s:
@@ -115,7 +119,7 @@ class SqlBuildStore:
         if status is not None:
             values["status"] = status.value
         if detail is not None:
-            values["detail"] = detail
+            values["detail"] = self.mask(detail)
         if exit_code is not None:
             values["exit_code"] = exit_code
         if log_url is not None:
@@ -127,7 +131,7 @@ class SqlBuildStore:
 
     async def set_log(self, build_id: str, text: str) -> None:
         async with self.db.write() as s:
-            await set_log(s, build_id=build_id, text=text)
+            await set_log(s, build_id=build_id, text=self.mask(text))
 
     async def get_log(self, build_id: str) -> str | None:
         async with self.db.read() as s:

@@ -4,12 +4,16 @@ Per build: wait for one of ``max_parallel`` slots (the build is ``accepted`` mea
 go ``running``, make the tree (``tree.py``: target tip, then the base changes, then
 the head's, in a worktree under ``<work_dir>/builds/trees/<build id>``), run the
 configured argv there (``process.py``: no shell, a fixed environment, a timeout, the
-whole process group killed at the end), store the verdict, remove the tree.
+whole process group killed at the end) inside the queue's sandbox (``sandbox.py``:
+bubblewrap, unless ``build_runner.sandbox: none``), store the verdict, remove the tree.
 
 The command sees ``SQ_QUEUE``, ``SQ_BUILD_ID``, ``SQ_BATCH_ID``, ``SQ_PATH_ID``,
 ``SQ_ATTEMPT``, ``SQ_BASE`` (the target tip the tree started from) and ``SQ_HEAD``
 (the tree's HEAD), plus ``PATH``, ``HOME``/``TMPDIR`` (a scratch directory),
-``LANG=C.UTF-8``; nothing else of the server's environment.
+``LANG=C.UTF-8``; nothing else of the server's environment. Sandboxed, it sees none of
+the server's files either: only the system, its tree and scratch home (writable), and
+``{python}`` (the tree's git metadata points into the runner's mirror, which it cannot
+see: ``SQ_BASE``/``SQ_HEAD`` name the commits).
 
 | What happened | Status | Detail / log |
 |---|---|---|
@@ -18,6 +22,7 @@ The command sees ``SQ_QUEUE``, ``SQ_BUILD_ID``, ``SQ_BATCH_ID``, ``SQ_PATH_ID``,
 | ``timeout_s`` passed | ``failed`` | ``timed out after Ns`` (group SIGTERM, then SIGKILL) |
 | the changes conflict with each other or the target, a URI is unusable, a commit is stale | ``failed`` | the reason, naming the change and the conflicting paths |
 | git failed otherwise (network, disk) | ``errored`` | ``could not prepare the tree: ...`` |
+| ``sandbox: bwrap`` but bwrap is missing or cannot set up the sandbox | ``errored`` | ``sandbox unavailable: ...`` (nothing runs unsandboxed; ``/readyz`` says why) |
 | ``cancel()`` | ``cancelled`` | while waiting or running (group SIGTERM, then SIGKILL) |
 | the server stopped while it ran | ``errored`` | ``interrupted: ...`` (at ``stop()``) |
 | its runner process died | ``errored`` | ``lost: ...`` (see below) |
@@ -54,12 +59,14 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from app.domain.build_run import BuildRun
 from app.domain.errors import NotFound
 from app.domain.states import BuildStatus
 from app.extensions.base import BuildReport, BuildRequest, BuildStore
 from app.extensions.builds.process import (
+    PYTHON_PLACEHOLDER,
     LogBuffer,
     Outcome,
     build_env,
@@ -68,6 +75,7 @@ from app.extensions.builds.process import (
     kill_orphan,
     run_command,
 )
+from app.extensions.builds.sandbox import Bwrap, SandboxGuard, SandboxUnavailable, run_sandboxed
 from app.extensions.builds.tree import TreeRefused, speculative_tree
 from app.extensions.gitapply import new_owner, sweep_scratch
 from app.extensions.gitutil import (
@@ -121,6 +129,7 @@ class CommandBuildRunner:
         lost_after_ms: int | None = None,
         kill_grace_s: float = KILL_GRACE_S,
         git_timeout: float = DEFAULT_TIMEOUT,
+        sandbox: Bwrap | None = Bwrap(),  # noqa: B008 - frozen; None = unsandboxed
     ) -> None:
         if not command:
             raise ValueError("the build command must name a program")
@@ -147,6 +156,8 @@ class CommandBuildRunner:
         self._live: dict[str, _Live] = {}
         self._lock_fd: int | None = None
         self._heartbeat: asyncio.Task[None] | None = None
+        self.sandbox = SandboxGuard(queue, sandbox, self.root / f".probe-{uuid.uuid4().hex[:12]}",
+                                    python=PYTHON_PLACEHOLDER in self.command, hidden=self.root)
 
     # -- lifecycle -------------------------------------------------------------
     async def start(self) -> None:
@@ -160,6 +171,7 @@ class CommandBuildRunner:
             log.warning("another process uses build directory %s; this one builds in %s and "
                         "relies on heartbeats to detect lost builds", self.root, self.trees)
         await self._sweep()
+        await self.sandbox.start()  # a loud warning (none) or error (bwrap unusable)
         self._heartbeat = asyncio.create_task(self._beat(), name=f"sq-build-heartbeat-{self.queue}")
 
     async def stop(self) -> None:
@@ -229,6 +241,10 @@ class CommandBuildRunner:
             except Exception:
                 log.warning("build heartbeat failed; retrying", exc_info=True)
 
+    def readiness(self) -> dict[str, Any]:
+        """This queue's entry of the ``builds`` readiness check (``SandboxGuard``)."""
+        return self.sandbox.readiness()
+
     # -- the BuildRunner protocol ----------------------------------------------
     async def trigger(self, request: BuildRequest) -> str:
         build_id = f"cmd-{uuid.uuid4().hex}"
@@ -278,6 +294,10 @@ class CommandBuildRunner:
             outcome = Outcome(BuildStatus.ERRORED, live.stopping or "interrupted")
         except TreeRefused as exc:
             outcome = Outcome(BuildStatus.FAILED, str(exc))
+        except SandboxUnavailable as exc:
+            self.sandbox.failed(str(exc))
+            outcome = Outcome(BuildStatus.ERRORED, f"sandbox unavailable: {exc}")
+            log.error("build %s of queue %s: %s", build_id, self.queue, outcome.detail)
         except Exception as exc:
             outcome = Outcome(BuildStatus.ERRORED, f"infrastructure failure while {live.phase}: "
                                                    f"{type(exc).__name__}: {exc}")
@@ -303,6 +323,9 @@ class CommandBuildRunner:
         try:
             if live.cancelled.is_set():
                 return Outcome(BuildStatus.CANCELLED, "cancelled while waiting for a build slot")
+            problem = await self.sandbox.check()
+            if problem is not None:
+                raise SandboxUnavailable(problem)
             await self.store.update(build_id, now_ms=self.clock(), status=BuildStatus.RUNNING)
             request = live.request
             live.phase = "preparing the tree"
@@ -323,16 +346,23 @@ class CommandBuildRunner:
                     "SQ_HEAD": tree.head,
                 })
                 argv = command_argv(self.command)
-                live.log.line(f"running {argv!r} in the tree (timeout {self.timeout_s:g}s)")
+                where = "in the tree" if self.sandbox.sandbox is None else "in the tree, sandboxed"
+                live.log.line(f"running {argv!r} {where} (timeout {self.timeout_s:g}s)")
                 await self._flush(build_id, live)
 
                 async def started(pid: int) -> None:
                     live.pid = pid
                     await self.store.update(build_id, now_ms=self.clock(), pid=pid)
 
-                return await run_command(
-                    argv, cwd=tree.path, env=env, log=live.log, timeout_s=self.timeout_s,
-                    cancelled=live.cancelled, grace_s=self.kill_grace_s, on_start=started)
+                if self.sandbox.sandbox is None:
+                    return await run_command(
+                        argv, cwd=tree.path, env=env, log=live.log, timeout_s=self.timeout_s,
+                        cancelled=live.cancelled, grace_s=self.kill_grace_s, on_start=started)
+                return await run_sandboxed(
+                    self.sandbox.sandbox, argv, tree=tree.path, home=home, env=env,
+                    log=live.log, timeout_s=self.timeout_s, cancelled=live.cancelled,
+                    grace_s=self.kill_grace_s, on_start=started, hidden=self.sandbox.hidden,
+                    python=self.sandbox.python)
         finally:
             self._slots.release()
 

@@ -127,6 +127,7 @@ async def run_command(
     cancelled: asyncio.Event,
     grace_s: float,
     on_start: Callable[[int], Awaitable[None]] | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> Outcome:
     """Run the command to its end, its timeout or a cancel; its output goes to ``log``.
 
@@ -139,13 +140,14 @@ async def run_command(
     | the command cannot start | ``failed`` (why) |
 
     Whatever the end, the process group is killed afterwards (nothing outlives a build).
+    ``pass_fds`` are descriptors the command inherits (the sandbox's status pipe).
     """
     started = time.monotonic()
     try:
         proc = await asyncio.create_subprocess_exec(
             *argv, cwd=str(cwd), env=dict(env), stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True,
+            start_new_session=True, pass_fds=tuple(pass_fds),
         )
     except OSError as exc:
         return Outcome(BuildStatus.FAILED, f"the build command could not start: {exc}")
