@@ -22,7 +22,7 @@ from app.db.repos.build_runs import SqlBuildStore
 from app.domain.errors import ValidationError
 from app.domain.queue_config import GitConfig, parse_queues
 from app.domain.states import BuildStatus
-from app.extensions.base import BuildReport, BuildRequest
+from app.extensions.base import BuildReport
 from app.extensions.builds.command import CommandBuildRunner
 from app.extensions.builds.process import LogBuffer
 from app.extensions.factory import (
@@ -33,6 +33,7 @@ from app.extensions.factory import (
     sandbox_test_script,
 )
 from tests.gitfixtures import GitSandbox, change_uri
+from tests.support.builds import build_request
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -72,9 +73,7 @@ def uri(branch: str, sha: str) -> str:
     return change_uri(KEY, branch, sha)
 
 
-def request(*head: str, base: tuple[str, ...] = (), attempt: int = 1) -> BuildRequest:
-    return BuildRequest(queue="q", batch_id="q/batch/1", path_id="p" * 12, attempt=attempt,
-                        base_changes=base, head_changes=head)
+request = build_request
 
 
 @pytest.fixture
@@ -177,7 +176,8 @@ async def test_builds_base_then_head_on_the_tip_and_tells_the_command(
     tip = remote.tip()
     runner = make_runner()
 
-    build_id = await runner.trigger(request(head, base=(base,)))
+    build = request(head, base=(base,))
+    build_id = await runner.trigger(build)
     report = await finished(runner, build_id)
 
     assert report.status is BuildStatus.SUCCEEDED, report
@@ -189,7 +189,7 @@ async def test_builds_base_then_head_on_the_tip_and_tells_the_command(
     assert env["SQ_HEAD"] != tip and len(env["SQ_HEAD"]) == 40
     assert (env["SQ_QUEUE"], env["SQ_BUILD_ID"], env["SQ_BATCH_ID"], env["SQ_ATTEMPT"]) == (
         "q", build_id, "q/batch/1", "1")
-    assert env["SQ_PATH_ID"] == "p" * 12
+    assert env["SQ_PATH_ID"] == build.path_id
     assert "SQ_SECRET_OF_THE_SERVER" not in env
     assert set(env) <= {"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "PYTHONUNBUFFERED",
                         "PYTHONDONTWRITEBYTECODE", "SQ_QUEUE", "SQ_BUILD_ID", "SQ_BATCH_ID",
@@ -340,7 +340,7 @@ async def test_cancel_while_running_and_while_waiting_for_a_slot(
     await wait_dead(probe["pid"])
     await wait_dead(probe["child"])
 
-    third = await runner.trigger(request(quick))  # the slot was given back
+    third = await runner.trigger(request(quick, attempt=2))  # the slot was given back
     assert (await finished(runner, third)).status is BuildStatus.SUCCEEDED
 
 
@@ -381,7 +381,7 @@ async def test_a_silent_owner_is_lost_and_a_cancel_reaches_a_live_owner(
     assert (report.status, report.detail) == (BuildStatus.CANCELLED, "cancelled while running")
 
     # an owner that stops beating (hung, or its host died) loses its builds
-    second = await owner.trigger(request(slow))
+    second = await owner.trigger(request(slow, attempt=2))
     await wait_for_file(tmp_path / "seen" / f"{second}.json")
     assert owner._heartbeat is not None
     owner._heartbeat.cancel()
@@ -538,3 +538,23 @@ def test_the_factory_builds_a_command_runner_and_upgrades_an_old_sandbox(
     prepare_repository("x", GitConfig(repository=str(other), repo_key="h/r",
                                       create_sandbox=True), tmp_path / "w")
     assert _git_sync(["rev-parse", "main"], home, other) == mine
+
+
+async def test_a_retried_trigger_returns_the_running_build_and_runs_the_command_once(
+    tmp_path: Path, remote: Remote, make_runner: RunnerFactory, store: SqlBuildStore
+) -> None:
+    """The build controller retries a trigger whose link write failed: the same (queue,
+    path, attempt) must give the same build, not a second run of the command, also from
+    another instance sharing the store; a new attempt is a new build."""
+    head = remote.change("once", {"sleep.txt": "1"})
+    runner = make_runner()
+    first = await runner.trigger(request(head))
+    again = await runner.trigger(request(head))
+    elsewhere = await make_runner(work_dir=tmp_path / "elsewhere").trigger(request(head))
+    assert first == again == elsewhere
+    assert (await finished(runner, first)).status is BuildStatus.SUCCEEDED
+    assert await runner.trigger(request(head)) == first  # finished: still not run again
+    assert sorted(p.name for p in (tmp_path / "seen").iterdir()) == [f"{first}.json"]
+    retry = await runner.trigger(request(head, attempt=2))
+    assert retry != first
+    assert (await finished(runner, retry)).status is BuildStatus.SUCCEEDED

@@ -25,12 +25,13 @@ from app.db.repos.build_runs import SqlBuildStore
 from app.domain.errors import ValidationError
 from app.domain.queue_config import parse_queues
 from app.domain.states import BuildStatus
-from app.extensions.base import BuildReport, BuildRequest
+from app.extensions.base import BuildReport
 from app.extensions.builds.command import CommandBuildRunner
 from app.extensions.builds.sandbox import Bwrap, SandboxUnavailable, find_bwrap
 from app.extensions.factory import build_extensions
 from tests.gitfixtures import GitSandbox, change_uri
 from tests.security.attack import ATTACK, needs_bwrap
+from tests.support.builds import build_request
 
 pytestmark = [
     pytest.mark.timeout(90),
@@ -41,9 +42,7 @@ KEY = "example.com/team/repo"
 
 
 
-def request(*head: str) -> BuildRequest:
-    return BuildRequest(queue="q", batch_id="q/batch/1", path_id="p" * 12, attempt=1,
-                        base_changes=(), head_changes=head)
+request = build_request
 
 
 @pytest.fixture

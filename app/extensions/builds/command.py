@@ -247,13 +247,23 @@ class CommandBuildRunner:
 
     # -- the BuildRunner protocol ----------------------------------------------
     async def trigger(self, request: BuildRequest) -> str:
-        build_id = f"cmd-{uuid.uuid4().hex}"
+        """Start the build of (queue, path, attempt) once: its id derives from the
+        request's ``idempotency_key``, so a retried trigger (the build controller's
+        link write failed, or its delivery was redelivered) finds the run it started
+        and returns it instead of running the command a second time. The first
+        create of an id wins; an instance that lost that race starts nothing."""
+        build_id = request.build_id("cmd")
+        if build_id in self._live or await self.store.get(build_id) is not None:
+            return build_id  # started before (here or by another process): it reports
         now = self.clock()
         await self.store.create(BuildRun(
             id=build_id, queue=request.queue, runner="command", batch_id=request.batch_id,
             path_id=request.path_id, attempt=request.attempt, status=BuildStatus.ACCEPTED,
             owner=self.owner, owner_group=self.owner_group, log_url=log_url(build_id),
             heartbeat_ms=now, created_at_ms=now, updated_at_ms=now))
+        stored = await self.store.get(build_id)
+        if stored is None or stored.owner != self.owner or build_id in self._live:
+            return build_id  # another trigger of the same build created it first
         live = _Live(request=request, log=LogBuffer())
         live.log.line(f"build {build_id}: batch {request.batch_id}, path {request.path_id}, "
                       f"attempt {request.attempt}; waiting for a build slot "
