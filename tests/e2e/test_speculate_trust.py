@@ -23,6 +23,7 @@ from pydantic import BaseModel
 
 import app.controllers.speculate as speculate_module
 from app.controllers.common import Deps
+from app.db.repos import batches as batch_repo
 from app.domain import messages as m
 from app.domain.entities import PathEntry, SpeculationPath
 from app.domain.states import Assumption, BatchState, PathStatus
@@ -65,6 +66,12 @@ async def batch_of(server: Server, sqid: str) -> str:
 async def build_running(server: Server, sqid: str) -> bool:
     return any(e.get("event") == "building" and e["metadata"].get("build_status") == "running"
                for e in await server.history(sqid))
+
+
+async def _batch_is(server: Server, sqid: str, state: str) -> bool:
+    async with server.runtime.db.read() as s:
+        found = await batch_repo.for_request(s, queue="demo", request_id=sqid)
+    return bool(found) and found[-1].state == state
 
 
 async def speculate_messages(server: Server, *, unsettled: bool) -> list[StoredMessage]:
@@ -162,7 +169,10 @@ async def test_a_wake_up_from_a_publisher_300ms_behind_is_not_dropped(
         controller(server, m.BUILDSIGNAL).deps = replace(rt.deps, broker=behind)
         try:
             sqid = await server.land(change("skewed", files="s/a.py"))
-            assert await server.wait_terminal(sqid, timeout=30) == "landed"
+            # (all log entries carry one timestamp now, so the summary shows `accepted`
+            # until the versioned `landed`: watch the batch instead)
+            await until("the batch merged", lambda: _batch_is(server, sqid, "succeeded"))
+            assert await server.wait_terminal(sqid) == "landed"
         finally:
             await behind.close()
         signals = [s for s in await speculate_messages(server, unsettled=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import defaultdict
+from typing import ClassVar
 
 import pytest
 
@@ -363,7 +364,7 @@ async def test_an_errors_subjects_are_stored_with_its_dead_letter(database_url: 
 
     class About(Exception):
         retryable = False
-        subjects = [{"type": "batch", "id": "q/batch/2", "reason": "why"}]
+        subjects: ClassVar = [{"type": "batch", "id": "q/batch/2", "reason": "why"}]
 
     async def behaviour(d: Delivery) -> None:
         raise About("planner bug")
