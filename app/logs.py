@@ -147,3 +147,4 @@ def configure_logging(level: str = "INFO", queue_level: str = "WARNING", *,
     root.setLevel(level.upper())
     logging.getLogger(QUEUE_LOGGER).setLevel(queue_level.upper())
     logging.getLogger("alembic").setLevel(max(logging.WARNING, root.level))
+    logging.getLogger("apscheduler").setLevel(max(logging.WARNING, root.level))

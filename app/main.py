@@ -1,5 +1,6 @@
 """Composition root: ``create_app(settings)`` builds the FastAPI app; its lifespan
-migrates the database and starts the background services (queue consumers)."""
+migrates the database and starts the background services (queue consumers, then the
+scheduler of periodic jobs; stopped in the reverse order)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from app.api.app_routes import install
 from app.api.middleware import HttpMetrics, SecurityHeaders
 from app.controllers.common import Deps, log_ids
 from app.controllers.pipeline import TopicSettings, build_consumers, build_topology
+from app.controllers.resync import SpeculateResync
 from app.db import migrate
 from app.db.engine import Database
 from app.db.repos.build_runs import SqlBuildStore
@@ -28,6 +30,7 @@ from app.extensions.factory import ExtensionRegistry, load_queues_file, webhook_
 from app.logs import configure_logging
 from app.metrics import Metrics, state_source
 from app.queue import Backoff, Broker, Chaos, ConsumerService, backend_for_url
+from app.scheduler import Scheduler
 from app.settings import Settings, get_settings
 from app.speculation.scoring import build_scorer
 
@@ -88,6 +91,13 @@ class Runtime:
             on_handled=self.metrics.on_handled,
             log_context=log_ids,
         )
+        self.scheduler = Scheduler()
+        self.resync: SpeculateResync | None = None
+        if orchestrator and settings.speculate_resync_ms:
+            self.resync = SpeculateResync(self.deps, list(self.queues),
+                                          interval_ms=settings.speculate_resync_ms)
+            self.scheduler.every("speculate-resync", settings.speculate_resync_ms,
+                                 self.resync.run)
         self.started = False
 
     async def start(self) -> None:
@@ -107,11 +117,13 @@ class Runtime:
             # command runners: mark builds a previous run of this server lost, heartbeat
             await self.extensions.start()
         await self.consumers.start()
+        await self.scheduler.start()
         self.started = True
         log.info("submitqueue started", extra={"role": self.settings.role})
 
     async def stop(self) -> None:
         self.started = False
+        await self.scheduler.stop()
         await self.consumers.stop()
         await self.extensions.stop()  # running builds end `errored` (interrupted)
         await self.broker.close()

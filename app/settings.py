@@ -71,6 +71,18 @@ class Settings(BaseSettings):
     queue_chaos_duplicate: bool = False
     queue_chaos_fail_rate: float = Field(default=0.0, ge=0.0, lt=1.0)
 
+    # Speculation: every this often, a speculate wake-up per queue with active batches
+    # (one message id per queue per interval across processes); 0 = off.
+    speculate_resync_ms: int = Field(default=30_000, ge=0)
+
+    @field_validator("speculate_resync_ms")
+    @classmethod
+    def _resync_interval(cls, value: int) -> int:
+        if 0 < value < 100:
+            raise ValueError(f"{value} ms is too short for a resync interval; use 0 (off) "
+                             "or at least 100")
+        return value
+
     # Admin API (kept out of repr() so a logged Settings never shows it)
     admin_token: str | None = Field(default=None, repr=False)
 

@@ -4,9 +4,16 @@ whole queue, folds build results into path sets, asks the pure planner
 within the build budget, checks the plan, writes it in one transaction, and
 dispatches.
 
-Dirty signals coalesce: a message published before the start of the last completed
-run of its queue (in this process) carries nothing that run did not already read, so
-it only gets the cheap pre-step.
+Dirty signals coalesce on the queue's sequence numbers, never on clocks: before a run
+reads its snapshot it notes the highest message number stored (``latest_seq``); once
+the run completes, a message of that queue numbered at or below it only gets the cheap
+pre-step. Why that drops nothing: every ``speculate`` publisher writes first and
+publishes after (the run's own recovery wake-ups, published before its writes, are
+numbered above the mark it read), and a number at or below the mark was assigned before
+the mark was read, so the write it announces committed before the snapshot. The mark is
+this process's own and only grows from runs that completed; another process (or a
+restart) starts without one and runs. A resync job (``app/controllers/resync.py``)
+wakes every queue with active batches periodically, so a lost wake-up cannot stall one.
 
 Pre-step on the message's batch:
 
@@ -32,7 +39,10 @@ dependency lists) is one transaction of conditional writes, after a recovery
 with stable ids) follows the write. A lost race raises ``VersionMismatch`` and the
 whole run is retried from a fresh snapshot. A plan that breaks an invariant (a build
 for a head that is not speculating, a terminal path rebuilt, a passed path cancelled
-without its head merging, the budget exceeded) is rejected: nothing is written.
+without its head merging, the budget exceeded) is rejected: nothing is written, and the
+``PlanRejected`` / ``PlanInvariantError`` (not retryable: the same snapshot plans the same
+way) names the offending heads and this queue, so the ``speculate`` DLQ reconciler fails
+those batches only and the message's own batch is left alone.
 """  # noqa: E501 - state tables read best unwrapped
 
 from __future__ import annotations
@@ -50,6 +60,7 @@ from app.db.repos import batches as batch_repo
 from app.db.repos import requests as request_repo
 from app.db.repos import speculation as spec_repo
 from app.domain.entities import Batch, Build, PathEntry, PathSet
+from app.domain.errors import PlanError
 from app.domain.messages import BUILD, CONCLUDE, MERGE, SPECULATE, BuildMsg, ConcludeMsg, EntityMsg
 from app.domain.states import BatchState, BuildStatus, PathStatus
 from app.queue import Delivery
@@ -60,7 +71,6 @@ from app.speculation.planner import CoveragePolicy, Plan, PlanInput, plan
 log = logging.getLogger("submitqueue.controllers")
 
 ACTIVE = (BatchState.CREATED, BatchState.SPECULATING, BatchState.MERGING, BatchState.CANCELLING)
-COALESCE_MARGIN_MS = 50
 DEFAULT_MEAN_BUILD_MS = 600_000.0  # until this process has seen a build of the queue end
 DURATION_WEIGHT = 0.2  # weight of the newest build in the running mean
 
@@ -105,18 +115,21 @@ class SpeculateController:
     def __init__(self, deps: Deps) -> None:
         self.deps = deps
         self.scoring = QueueScoring(deps)
-        self._last_run_started: dict[str, int] = {}
+        self._read_up_to: dict[str, int] = {}  # queue -> latest_seq before its last run
         self._mean_build_ms: dict[str, float] = {}
 
     async def process(self, delivery: Delivery) -> None:
         msg = EntityMsg.model_validate(delivery.payload)
         await self._pre_step(msg)
-        last = self._last_run_started.get(msg.queue)
-        if last is not None and delivery.message.published_at_ms + COALESCE_MARGIN_MS < last:
-            return
-        started = self.deps.now()
-        await self.deps.timed("speculation", msg.queue, self._run(msg.queue))
-        self._last_run_started[msg.queue] = started
+        if delivery.message.seq <= self._read_up_to.get(msg.queue, 0):
+            return  # a completed run read everything this message announces
+        mark = await self.deps.broker.latest_seq()
+        try:
+            await self.deps.timed("speculation", msg.queue, self._run(msg.queue))
+        except PlanError as exc:
+            exc.queue = exc.queue or msg.queue
+            raise
+        self._read_up_to[msg.queue] = max(mark, self._read_up_to.get(msg.queue, 0))
 
     # -- pre-step --------------------------------------------------------------
     async def _pre_step(self, msg: EntityMsg) -> None:
@@ -153,7 +166,7 @@ class SpeculateController:
         await self.scoring.learn(queue, finished, snap.batches)
         result = await self._plan(snap)
         check_plan(snap.batches, snap.sets, snap.entries, result,
-                   budget=self.deps.extensions(queue).build_budget)
+                   budget=self.deps.extensions(queue).build_budget, queue=queue)
         await self._write_plan(snap, result)
         await self._dispatch(snap, result)
 

@@ -10,9 +10,20 @@ them through their ``retryable`` attribute, without importing this module.
 | ``VersionMismatch`` | a conditional write lost a race; reload and try again | yes | 409 |
 | ``InvalidState`` | the entity is in a state this operation cannot start from | no | 409 |
 | ``ValidationError`` | input breaks a rule; the message says which and how to fix it | no | 400 |
+| ``PlanError`` | a speculation plan broke a rule (a planner or check bug) | no, decided | - |
+
+``PlanError`` (raised as ``PlanRejected`` by the controller's check and as
+``PlanInvariantError`` by the planner) is classified deliberately: the planner is a
+pure function of the snapshot, so retrying gives the same answer and would only delay
+the dead letter. It carries the batches it is about (the plan's offending heads) and
+the queue; the durable queue stores its ``subjects`` with the dead letter (read
+generically, like ``retryable``) and the ``speculate`` DLQ reconciler fails only those
+batches. It never reaches the API (it is raised only inside the speculate stage).
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
 
 
 class SubmitQueueError(Exception):
@@ -41,3 +52,33 @@ class InvalidState(SubmitQueueError):
 
 class ValidationError(SubmitQueueError):
     code = "validation_error"
+
+
+class PlanError(SubmitQueueError):
+    """A speculation plan broke a rule. ``problems`` maps each batch the plan is wrong
+    about to what is wrong with it; ``queue`` names the merge queue (set by whoever
+    knows it). ``subjects`` is the attribution the durable queue records with a dead
+    letter: ``{"type": "batch", "id", "reason"}`` per batch, then ``{"type": "queue"}``."""
+
+    code = "plan_error"
+    retryable = False
+    summary = "speculation plan error"  # leads each subject's reason
+
+    def __init__(self, message: str, *, queue: str = "",
+                 problems: Mapping[str, Sequence[str]] | None = None) -> None:
+        super().__init__(message)
+        self.queue = queue
+        self.problems: dict[str, tuple[str, ...]] = {
+            b: tuple(p) for b, p in (problems or {}).items() if b}
+
+    @property
+    def batches(self) -> tuple[str, ...]:
+        return tuple(self.problems)
+
+    @property
+    def subjects(self) -> list[dict[str, str]]:
+        out = [{"type": "batch", "id": b, "reason": f"{self.summary}: {'; '.join(p)}"}
+               for b, p in self.problems.items()]
+        if self.queue:
+            out.append({"type": "queue", "id": self.queue})
+        return out

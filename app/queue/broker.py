@@ -364,6 +364,12 @@ class Broker:
             raise MessageNotFound(f"no message {seq}")
         return msg
 
+    async def latest_seq(self) -> int:
+        """The highest message sequence number stored so far, over every topic (0 when
+        empty). A database sequence, not a clock: a consumer can tell whether a message
+        was published before some moment without comparing process clocks."""
+        return await self.backend.run(ops.latest_seq())
+
     async def find_messages(self, topic: str, message_id: str) -> list[StoredMessage]:
         self.topology.spec(topic)
         return await self.backend.run(ops.find_message(topic, message_id))

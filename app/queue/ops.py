@@ -457,6 +457,15 @@ def get_message(seq: int) -> Op[StoredMessage | None]:
     return StoredMessage.from_row(rows[0]) if rows else None
 
 
+def latest_seq() -> Op[int]:
+    """The highest sequence number stored (0 when empty). Numbers are assigned at insert
+    in increasing order, so every message numbered at or below the answer got its number
+    before the answer was read (on PostgreSQL a lower number may commit later)."""
+    rows = yield Stmt("SELECT MAX(seq) AS seq FROM queue_messages", {}, last=True)
+    top = rows[0]["seq"] if rows else None
+    return int(top) if top is not None else 0
+
+
 def find_message(topic: str, message_id: str) -> Op[list[StoredMessage]]:
     rows = yield Stmt(
         f"""SELECT {_MESSAGE_COLUMNS} FROM queue_messages m

@@ -19,14 +19,19 @@ as an independent oracle:
 5. ``sticky`` keeps every funded slot: a live path that is still valid and not
    contradicted, of a head still speculating, keeps its status (``preempting`` may
    cancel such paths, and only pending or building ones).
+
+A violation raises :class:`PlanInvariantError`, a
+:class:`~app.domain.errors.PlanError` naming the head(s) it is about; it is not
+retryable (the same snapshot plans the same way), and the controller adds the queue.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from app.domain.entities import PathEntry
+from app.domain.errors import PlanError
 from app.domain.states import BatchState, PathStatus
 from app.speculation import core
 from app.speculation.core import Resolution
@@ -35,12 +40,16 @@ if TYPE_CHECKING:
     from app.speculation.planner import Plan, PlanInput
 
 
-class PlanInvariantError(AssertionError):
+class PlanInvariantError(PlanError, AssertionError):
     """The planner produced a plan that breaks one of its invariants (a bug)."""
 
+    code = "plan_invariant"
+    summary = "speculation plan breaks an invariant"
 
-def _fail(msg: str) -> None:
-    raise PlanInvariantError(msg)
+
+def _fail(msg: str, *heads: str) -> NoReturn:
+    raise PlanInvariantError(f"{PlanInvariantError.summary}: {msg}",
+                             problems=dict.fromkeys(heads, (msg,)))
 
 
 def check(inp: PlanInput, out: Plan, *, preempted: set[str]) -> None:
@@ -54,7 +63,8 @@ def check(inp: PlanInput, out: Plan, *, preempted: set[str]) -> None:
     _check_entries(out, before, after)
     _check_budget(inp, out, after)
     if inp.allocator == "sticky" and preempted:
-        _fail("the sticky allocator preempted a funded path")
+        owners = [h for h, es in inp.entries.items() for e in es if e.id in preempted]
+        _fail("the sticky allocator preempted a funded path", *owners)
     for head, es in inp.entries.items():
         b = inp.batches.get(head)
         if b is None or b.state is not BatchState.SPECULATING or head in decided:
@@ -64,7 +74,8 @@ def check(inp: PlanInput, out: Plan, *, preempted: set[str]) -> None:
             keeps = e.status.live and not core.broken(e.path, res) and \
                 tuple(d for d, _ in e.path.dependencies) == deps[head]
             if keeps and now[e.id].status is not e.status and e.id not in preempted:
-                _fail(f"funded path {e.id[:12]} of {head} lost its slot without a reason")
+                _fail(f"funded path {e.id[:12]} of {head} lost its slot without a reason",
+                      head)
 
 
 def _check_budget(inp: PlanInput, out: Plan, after: Mapping[str, Sequence[PathEntry]]) -> None:
@@ -72,7 +83,8 @@ def _check_budget(inp: PlanInput, out: Plan, after: Mapping[str, Sequence[PathEn
     live_after = sum(1 for es in after.values() for e in es if e.status.live)
     if out.builds and live_after > inp.budget:
         _fail(f"budget exceeded: {live_after} live paths after funding "
-              f"{len(out.builds)}, {live_before} before, budget {inp.budget}")
+              f"{len(out.builds)}, {live_before} before, budget {inp.budget}",
+              *(p.head for p in out.builds))
 
 
 def _check_builds(inp: PlanInput, out: Plan, decided: set[str], res: Mapping[str, Resolution],
@@ -81,13 +93,13 @@ def _check_builds(inp: PlanInput, out: Plan, decided: set[str], res: Mapping[str
     for p in out.builds:
         b = inp.batches.get(p.head)
         if b is None or b.state is not BatchState.SPECULATING or p.head in decided:
-            _fail(f"build for {p.head}, which is not a speculating head")
+            _fail(f"build for {p.head}, which is not a speculating head", p.head)
         if tuple(d for d, _ in p.dependencies) != deps[p.head] or core.broken(p, res):
-            _fail(f"build of a malformed or contradicted path of {p.head}")
+            _fail(f"build of a malformed or contradicted path of {p.head}", p.head)
         old = before.get(p.id)
         if (old is not None and old.status is not PathStatus.CANCELLED) or p.id in seen:
             _fail(f"path {p.id[:12]} of {p.head} is stored {old.status if old else 'twice'}"
-                  " and is built again")
+                  " and is built again", p.head)
         seen.add(p.id)
 
 
@@ -99,18 +111,19 @@ def _check_entries(out: Plan, before: Mapping[str, PathEntry],
             old = before.get(e.id)
             if old is None:
                 if e.id not in built or e.status is not PathStatus.PENDING:
-                    _fail(f"entry {e.id[:12]} of {head} appeared without being funded")
+                    _fail(f"entry {e.id[:12]} of {head} appeared without being funded", head)
                 continue
             if old.status is PathStatus.CANCELLED and e.id in built:
                 if e.status is not PathStatus.PENDING or e.attempt != old.attempt + 1:
                     _fail(f"cancelled path {e.id[:12]} of {head} funded again, but not as "
-                          "its next attempt")
+                          "its next attempt", head)
             elif old.status.terminal and e != old:
                 _fail(f"terminal entry {e.id[:12]} of {head} changed ({old.status} -> "
-                      f"{e.status})")
+                      f"{e.status})", head)
             if old.status.live and e.status is not old.status and e.id not in out.cancels:
-                _fail(f"entry {e.id[:12]} of {head} changed status without a cancel")
+                _fail(f"entry {e.id[:12]} of {head} changed status without a cancel", head)
     for pid in out.cancels:
         old = before.get(pid)
         if old is None or not old.status.live:
-            _fail(f"cancel of {pid[:12]}, which was not a live stored path")
+            owners = [h for h, es in after.items() for e in es if e.id == pid]
+            _fail(f"cancel of {pid[:12]}, which was not a live stored path", *owners)

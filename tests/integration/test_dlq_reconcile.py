@@ -120,7 +120,6 @@ BATCH_POISON = [
     (m.MERGESIGNAL, m.SPECULATE),
     (m.MERGE, m.SPECULATE),
     (m.BUILD, m.SPECULATE),
-    (m.SPECULATE, m.BUILD),
 ]
 
 
@@ -145,6 +144,57 @@ async def test_poison_on_a_batch_topic_fails_the_batch_and_its_members(
         await broker.resume(m.ORCHESTRATOR_GROUP, paused)
         await asyncio.sleep(0.5)
         assert (await server.summary(sqid))["status"] == "error"
+
+
+# -- speculate: only the batches a failure names are failed ---------------------------
+
+
+async def test_a_poison_speculate_message_fails_no_batch_and_is_parked(
+    database_url: str, tmp_path: Path
+) -> None:
+    """A speculate run plans the whole queue: an error that names no batch (here a
+    payload that does not decode) must not fail the batch the message happened to name."""
+    async with serve(database_url, tmp_path, **FAST) as server:
+        broker = server.runtime.broker
+        await broker.pause(m.ORCHESTRATOR_GROUP, m.BUILD)
+        sqid = await server.land(change("innocent", files="a/x.py"))
+        await server.wait_status(sqid, {"speculating"})
+        bid = (await server.summary(sqid))["metadata"]["batch_id"]
+        await poison(server, m.SPECULATE, {"id": bid, "queue": "demo", "extra": 1}, "demo")
+        deadline = time.monotonic() + 30
+        while not (parked := [d for d in await broker.list_messages("speculate_dlq")
+                              if d.parked]):
+            assert time.monotonic() < deadline, "the speculate dead letter was not parked"
+            await asyncio.sleep(0.05)
+        assert parked[0].failure_detail is not None
+        assert "Unattributed" in parked[0].failure_detail["parked"]["error"]
+        assert "names no batch" in parked[0].failure_detail["parked"]["error"]
+        async with server.runtime.db.read() as s:
+            from app.db.repos import batches as batch_repo
+            batch = await batch_repo.get(s, queue="demo", id=bid)
+        assert batch.state == "speculating" and batch.failure_reason == ""
+        await broker.resume(m.ORCHESTRATOR_GROUP, m.BUILD)
+        assert await server.wait_terminal(sqid) == "landed"
+
+
+async def test_a_speculate_dead_letter_after_exhausted_retries_fails_no_batch(
+    database_url: str, tmp_path: Path
+) -> None:
+    """The database was away: nobody is to blame, nothing is failed; the next wake-up
+    (or the resync) re-plans."""
+    async with serve(database_url, tmp_path, **FAST) as server:
+        other = await server.land(change("waiting", files="b/x.py", build_ms=60_000))
+        await server.wait_status(other, {"speculating"})
+        live = (await server.summary(other))["metadata"]["batch_id"]
+        letter = StoredMessage(
+            seq=1, topic="speculate_dlq", partition_key="demo", message_id="x",
+            payload_json=f'{{"id": "{live}", "queue": "demo"}}', metadata={},
+            published_at_ms=0, original_topic="speculate", failure_count=2,
+            last_error="ConnectionError: the database went away",
+            failure_detail={"retryable": True, "reason": "attempts-exhausted"})
+        outcome = await build_reconcilers(server.runtime.deps)["speculate_dlq"].reconcile(letter)
+        assert (outcome.action, outcome.changed) == ("unattributed", False)
+        assert (await server.summary(other))["status"] == "speculating"
 
 
 # -- races, idempotence, undecodable ---------------------------------------------------

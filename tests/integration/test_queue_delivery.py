@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import defaultdict
+from typing import ClassVar
 
 import pytest
 
@@ -355,3 +356,37 @@ async def test_garbage_collection_removes_only_settled_old_messages(database_url
         assert (await broker.publish("gc", {}, partition_key="p", message_id="done")).created
         assert len(await broker.list_messages("gc_dlq")) == 1
         assert [m.message_id for m in await broker.list_messages("gc")] == ["done", "pending"]
+
+
+async def test_an_errors_subjects_are_stored_with_its_dead_letter(database_url: str) -> None:
+    """The framework reads ``subjects`` off any exception, like ``retryable``."""
+    topo = topology(TopicSpec("attributed", max_attempts=5))
+
+    class About(Exception):
+        retryable = False
+        subjects: ClassVar = [{"type": "batch", "id": "q/batch/2", "reason": "why"}]
+
+    async def behaviour(d: Delivery) -> None:
+        raise About("planner bug")
+
+    async with started_broker(database_url, topo) as broker:
+        await broker.publish("attributed", {}, partition_key="p", message_id="m")
+        async with running(broker, [ConsumerSpec("attributed", "g", Recorder(behaviour))]) \
+                as svc:
+            await eventually(lambda: svc.consumers[0].counters.dead_lettered == 1)
+        (dead,) = await broker.list_messages("attributed_dlq")
+        assert dead.failure_detail is not None
+        assert dead.failure_detail["subjects"] == About.subjects
+
+
+async def test_latest_seq_is_the_highest_number_stored(database_url: str) -> None:
+    topo = topology(TopicSpec("a"), TopicSpec("b"))
+    async with started_broker(database_url, topo) as broker:
+        assert await broker.latest_seq() == 0
+        first = await broker.publish("a", {}, partition_key="p", message_id="m1")
+        assert await broker.latest_seq() == first.seq
+        second = await broker.publish("b", {}, partition_key="x", message_id="m2")
+        assert first.seq is not None and second.seq is not None and second.seq > first.seq
+        assert await broker.latest_seq() == second.seq  # over every topic
+        again = await broker.publish("a", {}, partition_key="p", message_id="m1")
+        assert not again.created and await broker.latest_seq() == second.seq

@@ -34,9 +34,14 @@ build id, the batch is the build's):
 | batch ``failed`` | at | keep it; re-fan-out ``error`` to every member (``repaired``) |
 | batch live (``creating`` .. ``merging``, ``cancelling``) | before | conditional write ``failed`` with the failure reason; ``error`` to every member (a ``cancelling`` one too); a ``speculate`` wake-up so the rest of the queue re-plans (``failed``) |
 
-``speculate``: the culprits are the failure's ``subjects`` of type ``batch`` when the
-error carried any, else the payload's batch; when any of them changed, a ``speculate``
-run is triggered (unique id) for the queue's oldest active batch.
+``speculate`` fails only the batches the failure is about, never the batch the message
+happened to name (a speculate run plans the whole queue):
+
+| Dead letter | Action |
+|---|---|
+| failure ``subjects`` name batches (``PlanRejected`` / ``PlanInvariantError``: the offending heads) | each one as a batch above, with its own subject's reason (a ``merging`` one is left: its merge decides); when any changed, a ``speculate`` run (unique id) for the queue's oldest active batch (``failed``) |
+| no batch subject, the error was not retryable (a bug, a poison payload) | fail nothing; raise ``Unattributed`` (``park = True``): parked in ``speculate_dlq`` for an operator, counted by ``submitqueue_queue_dlq_parked`` |
+| no batch subject, retryable attempts exhausted (the database was away) | fail nothing; log a warning and ack (``unattributed``); the next wake-up or the periodic resync re-plans |
 
 ``log`` (gateway): a decodable ``LogMsg`` is persisted through the materializer
 (``persist_log``; ``persisted``); its errors propagate and are retried with backoff,
@@ -73,7 +78,7 @@ from app.db.repos import speculation as spec_repo
 from app.db.repos.request_log import persist_log
 from app.domain import messages as m
 from app.domain.entities import Batch, LandRequest
-from app.domain.errors import NotFound, ValidationError
+from app.domain.errors import NotFound, SubmitQueueError, ValidationError
 from app.domain.messages import EntityMsg, LogMsg
 from app.domain.states import BATCH_TO_REQUEST_TERMINAL, BatchState, LandStrategy, RequestState
 from app.queue import DLQ_SUFFIX, Delivery, StoredMessage
@@ -92,6 +97,14 @@ class Undecodable(ValidationError):
 
     code = "undecodable"
     park = True  # the queue parks it at once: retrying cannot decode it
+
+
+class Unattributed(SubmitQueueError):
+    """A ``speculate`` dead letter whose error names no batch it is about: nothing is
+    failed (the message's own batch is innocent); an operator decides."""
+
+    code = "unattributed"
+    park = True
 
 
 @dataclass(frozen=True)
@@ -178,11 +191,14 @@ class BatchReconciler(Reconciler):
                                 conclude=self.topic == m.CONCLUDE)
 
     async def _speculate(self, ent: EntityMsg, msg: StoredMessage) -> Outcome:
-        subjects = (msg.failure_detail or {}).get("subjects") or []
-        culprits = [str(s["id"]) for s in subjects
-                    if isinstance(s, dict) and s.get("type") == "batch" and s.get("id")]
+        culprits = batch_subjects(msg)
+        if not culprits:
+            return self._unattributed(ent, msg)
         outcomes = [await fail_batch(self.deps, queue=ent.queue, batch_id=b, msg=msg,
-                                     wake=False) for b in (culprits or [ent.id])]
+                                     wake=False, leave_merging=True,
+                                     reason=failure_text(replace(msg, last_error=reason))
+                                     if reason else None)
+                    for b, reason in culprits.items()]
         changed = any(o.changed for o in outcomes)
         if changed:
             async with self.deps.db.read() as s:
@@ -195,6 +211,31 @@ class BatchReconciler(Reconciler):
         return Outcome(first.action if len(outcomes) == 1 else "failed" if changed else "left",
                        ",".join(o.entity for o in outcomes),
                        "; ".join(o.detail for o in outcomes if o.detail), changed)
+
+    @staticmethod
+    def _unattributed(ent: EntityMsg, msg: StoredMessage) -> Outcome:
+        detail = msg.failure_detail or {}
+        what = (f"{failure_text(msg)}; it names no batch, so none is failed "
+                f"({ent.id} is left as it is)")
+        if detail.get("retryable") is True:
+            log.warning("speculate dead letter names no batch; left", extra={
+                "queue": ent.queue, "batch_id": ent.id, "error": msg.last_error})
+            return Outcome("unattributed", ent.id, what)
+        raise Unattributed(f"{what}; parked for an operator: fix the cause, then "
+                           "discard it (or requeue it)")
+
+
+def batch_subjects(msg: StoredMessage) -> dict[str, str]:
+    """The batches a dead letter's failure is about (``subjects`` of type ``batch``, as
+    the queue recorded them from the error), each with its own reason ('' if none)."""
+    subjects = (msg.failure_detail or {}).get("subjects")
+    out: dict[str, str] = {}
+    for s in subjects if isinstance(subjects, list) else ():
+        if isinstance(s, dict) and s.get("type") == "batch" and isinstance(s.get("id"), str) \
+                and s["id"]:
+            reason = s.get("reason")
+            out.setdefault(s["id"], reason if isinstance(reason, str) else "")
+    return out
 
 
 class BuildReconciler(Reconciler):
@@ -299,7 +340,7 @@ def _is_sqid(queue: str, sqid: str) -> bool:
 
 async def fail_batch(
     deps: Deps, *, queue: str, batch_id: str, msg: StoredMessage, conclude: bool = False,
-    wake: bool = True,
+    wake: bool = True, reason: str | None = None, leave_merging: bool = False,
 ) -> Outcome:
     try:
         async with deps.db.read() as s:
@@ -313,8 +354,10 @@ async def fail_batch(
     if batch.state is BatchState.FAILED:
         await _fan_out(deps, batch, RequestState.ERROR)
         return Outcome("repaired", batch_id, "batch already failed; members re-concluded")
+    if leave_merging and batch.state is BatchState.MERGING:
+        return Outcome("left", batch_id, "batch is merging; its merge decides")
     failed = replace(batch, state=BatchState.FAILED, version=batch.version + 1,
-                     failure_reason=failure_text(msg))
+                     failure_reason=reason or failure_text(msg))
     async with deps.db.write() as s:
         await batch_repo.update(s, old=batch, new=failed, now_ms=deps.now())
     await _fan_out(deps, failed, RequestState.ERROR)

@@ -1,0 +1,101 @@
+"""Periodic jobs: one apscheduler ``AsyncIOScheduler`` (3.x) run as a lifespan service.
+
+A job is a coroutine function run on the server's own event loop every ``interval``.
+It never overlaps itself (``max_instances=1``), runs that fell behind are coalesced
+into one and are never dropped as "missed", and an error is logged and leaves the job
+scheduled for its next tick. Jobs must be idempotent and safe when several processes
+run them at once: the scheduler is per process and does not coordinate.
+
+Jobs the runtime registers (``app/main.py``; worker and ``all`` roles):
+
+| Job | Interval | What |
+|---|---|---|
+| ``speculate-resync`` | ``SQ_SPECULATE_RESYNC_MS`` (0 = off) | a ``speculate`` wake-up per merge queue with active batches, one message id per queue per interval (``app/controllers/resync.py``) |
+
+``start()`` begins firing (first run one interval after it); ``stop()`` stops firing,
+waits up to ``shutdown_grace_ms`` for runs in progress, cancels the rest and shuts
+the scheduler down. ``runs`` counts completed runs per job.
+"""  # noqa: E501 - job tables read best unwrapped
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import UTC
+from typing import Any
+
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from apscheduler.triggers.interval import IntervalTrigger
+
+log = logging.getLogger("submitqueue.scheduler")
+
+Job = Callable[[], Awaitable[Any]]
+
+
+class Scheduler:
+    def __init__(self, *, shutdown_grace_ms: int = 5000) -> None:
+        self.shutdown_grace_ms = shutdown_grace_ms
+        self.runs: dict[str, int] = {}
+        self.failures: dict[str, int] = {}
+        self._scheduler = AsyncIOScheduler(timezone=UTC)
+        self._in_progress: set[asyncio.Task[Any]] = set()
+        self._names: list[str] = []
+
+    @property
+    def jobs(self) -> list[str]:
+        return list(self._names)
+
+    @property
+    def running(self) -> bool:
+        return bool(self._scheduler.running)
+
+    def every(self, name: str, interval_ms: int, job: Job) -> None:
+        """Run ``job`` every ``interval_ms`` once started (``name`` is its unique id)."""
+        if interval_ms <= 0:
+            raise ValueError(f"interval of job {name!r} must be positive, got {interval_ms}")
+        if name in self._names:
+            raise ValueError(f"a job named {name!r} is already scheduled")
+        self._scheduler.add_job(
+            self._wrap(name, job), IntervalTrigger(seconds=interval_ms / 1000), id=name,
+            name=name, max_instances=1, coalesce=True, misfire_grace_time=None)
+        self._names.append(name)
+
+    def _wrap(self, name: str, job: Job) -> Callable[[], Awaitable[None]]:
+        async def run() -> None:
+            task = asyncio.current_task()
+            if task is not None:
+                self._in_progress.add(task)
+            try:
+                await job()
+                self.runs[name] = self.runs.get(name, 0) + 1
+            except Exception:
+                self.failures[name] = self.failures.get(name, 0) + 1
+                log.exception("scheduled job failed; it runs again at its next tick",
+                              extra={"job": name})
+            finally:
+                if task is not None:
+                    self._in_progress.discard(task)
+        return run
+
+    async def start(self) -> None:
+        if not self._scheduler.running:
+            self._scheduler.start()
+
+    async def stop(self) -> None:
+        if not self._scheduler.running:
+            return
+        self._scheduler.pause()  # no new runs from here on
+        running = set(self._in_progress)
+        if running:
+            _, late = await asyncio.wait(running, timeout=self.shutdown_grace_ms / 1000)
+            for task in late:
+                task.cancel()
+            if late:
+                await asyncio.wait(late)
+        self._scheduler.shutdown(wait=False)  # takes effect on the loop's next turn
+        for _ in range(1000):
+            if not self._scheduler.running:
+                return
+            await asyncio.sleep(0.001)
+        log.warning("the scheduler did not confirm its shutdown")
