@@ -10,7 +10,8 @@ them through their ``retryable`` attribute, without importing this module.
 | ``VersionMismatch`` | a conditional write lost a race; reload and try again | yes | 409 |
 | ``InvalidState`` | the entity is in a state this operation cannot start from | no | 409 |
 | ``ValidationError`` | input breaks a rule; the message says which and how to fix it | no | 400 |
-"""
+| ``Busy`` | a shared resource (the SQLite write lock) stayed taken past its bound; nothing was written | yes | 503 + ``Retry-After`` |
+"""  # noqa: E501 - the table reads best unwrapped
 
 from __future__ import annotations
 
@@ -41,3 +42,8 @@ class InvalidState(SubmitQueueError):
 
 class ValidationError(SubmitQueueError):
     code = "validation_error"
+
+
+class Busy(SubmitQueueError):
+    code = "busy"
+    retryable = True

@@ -23,6 +23,7 @@ from app.queue.errors import (
     MessageNotFound,
     NotDeadLettered,
     PayloadTooLarge,
+    QueueBusy,
     QueueError,
     UnknownTopic,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "PayloadTooLarge",
     "PostgresBackend",
     "PublishResult",
+    "QueueBusy",
     "QueueError",
     "Retryable",
     "SqliteBackend",
