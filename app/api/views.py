@@ -96,7 +96,8 @@ def get_timing_cache(request: Request) -> TimingCache:
 
 Runtime = Annotated[ViewRuntime, Depends(get_view_runtime)]
 Timings = Annotated[TimingCache, Depends(get_timing_cache)]
-RequestNumber = Annotated[int, Path(ge=1, description="The number in the sqid <queue>/<n>.")]
+RequestNumber = Annotated[int, Path(ge=1, le=2**63 - 1,
+                                    description="The number in the sqid <queue>/<n>.")]
 
 
 def stage_of(status: str) -> str:
