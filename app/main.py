@@ -138,6 +138,11 @@ class Runtime:
             checks["migrations"] = migration_state(current, self.settings.database_url)
         except Exception as exc:
             checks["database"] = {"ok": False, "error": type(exc).__name__}
+        try:  # reachable is not enough: a read-only or locked database takes no writes
+            await self.db.probe_write()
+            checks["database_writes"] = {"ok": True}
+        except Exception as exc:
+            checks["database_writes"] = {"ok": False, "error": type(exc).__name__}
         # command builds: each queue's sandbox (not ok while builds cannot be sandboxed;
         # a warning for queues that run them unsandboxed)
         checks["builds"] = self.extensions.build_readiness()

@@ -28,12 +28,14 @@ more may remain, so a large drain is a loop of bounded calls, never a timeout.
 Ids that are gone report ``not_found``, so repeating a drain is harmless.
 
 Errors: unknown topic, or a topic that is not a DLQ where one is needed -> 404;
-malformed ids or cursor, a missing reason -> 400.
+malformed ids or cursor, a missing reason -> 400; a body or query string holding NUL,
+a control character (a reason may hold tabs and newlines) or a lone surrogate -> 422.
 """  # noqa: E501 - route tables read best unwrapped
 
 from __future__ import annotations
 
 import hmac
+import re
 from typing import Annotated, Any, Literal, Protocol, cast
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
@@ -41,7 +43,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.api.errors import error_response
-from app.api.schemas import ErrorOut
+from app.api.schemas import ErrorOut, SafeLine, SafeText
 from app.controllers.common import Deps
 from app.controllers.dlq import Reconciler, Undecodable, build_reconcilers
 from app.controllers.dlq.reconcilers import decode_entity
@@ -153,9 +155,13 @@ def _dlq_spec(rt: AdminRuntime, topic: str) -> TopicSpec:
     return spec
 
 
+_SEQ = re.compile(r"[0-9]{1,19}")
+
+
 def _seq(raw: Any) -> int:
     text = str(raw).strip() if isinstance(raw, (str, int)) and not isinstance(raw, bool) else ""
-    if not text.isdigit() or not 0 < int(text) < 2**62:
+    # ASCII digits only: str.isdigit() admits '²', which int() refuses
+    if _SEQ.fullmatch(text) is None or not 0 < int(text) < 2**62:
         raise ValidationError(
             f"message id {raw!r} is malformed; ids are the positive integers listed as 'id'")
     return int(text)
@@ -236,7 +242,7 @@ async def dlq_topics(rt: Runtime, _actor: Actor) -> dict[str, Any]:
 async def dlq_messages(
     rt: Runtime, _actor: Actor, topic: str,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
-    cursor: Annotated[str | None, Query(max_length=30)] = None,
+    cursor: Annotated[SafeLine | None, Query(max_length=30)] = None,
 ) -> dict[str, Any]:
     spec = _dlq_spec(rt, topic)
     before = _seq(cursor) if cursor else None
@@ -269,9 +275,9 @@ class DrainBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     mode: Literal["reconcile", "requeue", "discard"]
     message_ids: list[Any] | None = Field(default=None, max_length=MAX_IDS)
-    reason: str = Field(default="", max_length=2000)
+    reason: SafeText = Field(default="", max_length=2000)
     limit: int = Field(default=200, ge=1, le=MAX_IDS)
-    cursor: str | None = Field(default=None, max_length=30)
+    cursor: SafeLine | None = Field(default=None, max_length=30)
 
 
 async def _drain_one(rt: AdminRuntime, body: DrainBody, topic: str, seq: int,
@@ -333,9 +339,9 @@ async def drain(rt: Runtime, actor: Actor, topic: str, body: DrainBody) -> dict[
 
 class PauseBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    group: str | None = Field(default=None, max_length=255)
-    partition_key: str | None = Field(default=None, min_length=1, max_length=255)
-    reason: str = Field(default="", max_length=2000)
+    group: SafeLine | None = Field(default=None, max_length=255)
+    partition_key: SafeLine | None = Field(default=None, min_length=1, max_length=255)
+    reason: SafeText = Field(default="", max_length=2000)
 
 
 def _group(rt: AdminRuntime, spec: TopicSpec, group: str | None) -> str:
@@ -384,7 +390,7 @@ async def resume_consumer(rt: Runtime, actor: Actor, topic: str,
 @router.get("/audit")
 async def audit(
     rt: Runtime, _actor: Actor, limit: Annotated[int, Query(ge=1, le=1000)] = 50,
-    cursor: Annotated[str | None, Query(max_length=30)] = None,
+    cursor: Annotated[SafeLine | None, Query(max_length=30)] = None,
 ) -> dict[str, Any]:
     before = _seq(cursor) if cursor else None
     async with rt.db.read() as s:

@@ -8,10 +8,15 @@
 | ``AlreadyExists`` / ``InvalidState`` / ``VersionMismatch`` | 409 | their ``code`` |
 | queue ``UnknownTopic``, ``MessageNotFound`` | 404 | ``not_found`` |
 | queue ``NotDeadLettered`` / ``PayloadTooLarge`` / ``InvalidPayload`` | 409 / 413 / 400 | |
+| ``Busy`` (the SQLite write lock stayed taken too long), queue ``QueueBusy`` | 503 | ``busy`` |
 | ``ServiceUnavailable``, other ``QueueError``s, transient database errors | 503 | |
 | FastAPI's ``RequestValidationError`` (bad body, query or path) | 422 | ``invalid_request`` |
 | Starlette's ``HTTPException`` (unknown route, wrong method) | its status | e.g. ``not_found`` |
 | anything else | 500 | ``internal_error`` (logged; no details leak) |
+
+Every 503 carries ``Retry-After`` (:data:`RETRY_AFTER_S` seconds). Text a client sent
+(a JSON key, say) is echoed with lone surrogates escaped, so an error body always
+encodes as UTF-8.
 
 ``response_for`` is the mapping; ``handle`` registers it with FastAPI, and the
 catch-all middleware (``app/api/middleware.py``) uses it for errors FastAPI's
@@ -31,6 +36,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.domain.errors import (
     AlreadyExists,
+    Busy,
     InvalidState,
     NotFound,
     SubmitQueueError,
@@ -42,6 +48,7 @@ from app.queue import (
     MessageNotFound,
     NotDeadLettered,
     PayloadTooLarge,
+    QueueBusy,
     QueueError,
     UnknownTopic,
     classify,
@@ -51,6 +58,8 @@ log = logging.getLogger("submitqueue.api")
 
 TRY_AGAIN = "the service could not take this request right now; try again"
 INTERNAL = "internal error; it has been logged"
+RETRY_AFTER_S = 2
+_RETRY = {"Retry-After": str(RETRY_AFTER_S)}
 
 
 class ServiceUnavailable(SubmitQueueError):
@@ -66,6 +75,7 @@ _DOMAIN_STATUS: tuple[tuple[type[SubmitQueueError], int], ...] = (
     (AlreadyExists, 409),
     (InvalidState, 409),
     (VersionMismatch, 409),
+    (Busy, 503),
     (ServiceUnavailable, 503),
 )
 
@@ -85,8 +95,13 @@ _QUEUE_STATUS: tuple[tuple[type[QueueError], int, str], ...] = (
 )
 
 
+def printable(text: str) -> str:
+    """``text`` with lone surrogates escaped (``\\ud800``), so it encodes as UTF-8."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def error_body(code: str, message: str) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message}}
+    return {"error": {"code": code, "message": printable(message)}}
 
 
 def error_response(
@@ -123,6 +138,7 @@ def response_for(exc: BaseException) -> JSONResponse:
                 message = str(exc) or exc.code
                 if status == 503:
                     message = f"{message}; try again" if str(exc) else TRY_AGAIN
+                    return error_response(status, exc.code, message, headers=_RETRY)
                 return error_response(status, exc.code, message)
     if isinstance(exc, RequestValidationError):
         return error_response(422, "invalid_request", describe_validation(exc.errors()))
@@ -132,9 +148,11 @@ def response_for(exc: BaseException) -> JSONResponse:
     for qcls, status, code in _QUEUE_STATUS:
         if isinstance(exc, qcls):
             return error_response(status, code, str(exc) or code)
+    if isinstance(exc, QueueBusy):
+        return error_response(503, "busy", f"{exc}; try again", headers=_RETRY)
     if isinstance(exc, QueueError) or classify(exc):
         log.warning("request failed on a transient error", exc_info=exc)
-        return error_response(503, "unavailable", TRY_AGAIN)
+        return error_response(503, "unavailable", TRY_AGAIN, headers=_RETRY)
     log.error("unhandled error", exc_info=exc)
     return error_response(500, "internal_error", INTERNAL)
 

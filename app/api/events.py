@@ -15,11 +15,13 @@ was read: :class:`LogCursor` keeps re-reading such gaps for :data:`GAP_GRACE_MS`
 before it gives up on them (a rolled-back or ignored insert leaves a gap forever).
 
 **Bounds and shutdown.** At most :data:`MAX_STREAMS` streams per process (more ->
-503 JSON). A stream ends when its client disconnects, when it falls more than
-:data:`MAX_BACKLOG` events behind (``event: reset``; the client reconnects), and
-when the process is told to stop: uvicorn waits for open responses before it shuts
-down, so while streams are open the hub chains itself in front of the SIGINT and
-SIGTERM handlers and ends every stream at once (the previous handler still runs).
+503 JSON with ``Retry-After``; a stream's slot is taken in the same step as the count
+is checked, so a burst of connections cannot overshoot). A stream ends when its client
+disconnects, when it falls more than :data:`MAX_BACKLOG` events behind (``event:
+reset``; the client reconnects), and when the process is told to stop: uvicorn waits
+for open responses before it shuts down, so while streams are open the hub chains
+itself in front of the SIGINT and SIGTERM handlers and ends every stream at once (the
+previous handler still runs).
 """
 
 from __future__ import annotations
@@ -145,6 +147,7 @@ class EventHub:
         self._task: asyncio.Task[None] | None = None
         self._cursor: LogCursor | None = None
         self._stop = asyncio.Event()
+        self._cursor_lock = asyncio.Lock()
         self._previous: dict[int, Any] = {}
 
     async def subscribe(self, queue: str) -> Subscriber:
@@ -152,16 +155,31 @@ class EventHub:
             raise TooManyStreams("the server is shutting down")
         if len(self.subscribers) >= self.max_streams:
             raise TooManyStreams(f"{self.max_streams} live streams are open already")
-        if self._cursor is None:
-            async with self.db.read() as s:
-                self._cursor = LogCursor(await view_repo.last_log_id(s))
+        # The slot is taken before the first await: the check and the take are one step,
+        # so a burst of connections cannot all pass the check while one awaits the read.
         sub = Subscriber(queue)
         self.subscribers.add(sub)
+        try:
+            await self._ensure_cursor()
+        except BaseException:
+            self.unsubscribe(sub)
+            raise
+        if self.closing:
+            self.unsubscribe(sub)
+            raise TooManyStreams("the server is shutting down")
         if self._task is None or self._task.done():
             self._stop.clear()
             self._task = asyncio.create_task(self._run(), name="sq-event-hub")
             self._chain_signals()
         return sub
+
+    async def _ensure_cursor(self) -> None:
+        if self._cursor is not None:
+            return
+        async with self._cursor_lock:  # one read for a burst, not one per stream
+            if self._cursor is None:
+                async with self.db.read() as s:
+                    self._cursor = LogCursor(await view_repo.last_log_id(s))
 
     def unsubscribe(self, sub: Subscriber) -> None:
         self.subscribers.discard(sub)

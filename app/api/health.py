@@ -4,7 +4,7 @@ work) and ``/metrics`` (Prometheus exposition).
 | Route | Answer |
 |---|---|
 | ``GET /healthz`` | always ``200 {"status": "ok"}`` while the process serves HTTP |
-| ``GET /readyz`` | ``200`` when every check passes (database reachable, migrations at head, every consumer loop alive); ``503`` with the checks otherwise — also while starting, stopping, or when the checks take over ``READY_TIMEOUT_S`` |
+| ``GET /readyz`` | ``200`` when every check passes (database reachable, migrations at head, the database takes a write — a rolled-back write transaction within 2 s —, every consumer loop alive); ``503`` with the checks otherwise — also while starting, stopping, or when the checks take over ``READY_TIMEOUT_S`` |
 | ``GET /metrics`` | Prometheus text (OpenMetrics if the ``Accept`` header asks for it); refreshes the database-derived gauges first, at most once per ``SQ_METRICS_REFRESH_MS`` |
 
 The app must set ``app.state.runtime`` with ``readiness()`` (``{check: {"ok": bool,

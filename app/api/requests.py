@@ -38,6 +38,8 @@ from app.api.schemas import (
     QueueOut,
     QueuesOut,
     RequestSummaryOut,
+    SafeLine,
+    check_line,
 )
 from app.db.repos import counters
 from app.db.repos import request_log as repo
@@ -59,7 +61,10 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 
 router = APIRouter(prefix="/api/v1", tags=["requests"], responses=_ERRORS)
 
-RequestNumber = Annotated[int, Path(ge=1, description="The number in the sqid <queue>/<n>.")]
+MAX_INT64 = 2**63 - 1  # the widest integer both databases store
+RequestNumber = Annotated[int, Path(ge=1, le=MAX_INT64,
+                                    description="The number in the sqid <queue>/<n>.")]
+MAX_CURSOR_ID = 255
 
 
 async def _publish(
@@ -168,8 +173,13 @@ def decode_cursor(cursor: str, query: dict[str, Any]) -> tuple[int, str]:
         data = json.loads(raw)
         ts, rid = data["after"]
         bound = data["q"]
-        if not isinstance(ts, int) or not isinstance(rid, str) or not isinstance(bound, dict):
+        # bool is an int in Python; a time beyond int64 or an id no sqid can be never
+        # reaches the database
+        if type(ts) is not int or not 0 <= ts <= MAX_INT64 or not isinstance(bound, dict):
             raise TypeError("bad cursor fields")
+        if not isinstance(rid, str) or not 0 < len(rid) <= MAX_CURSOR_ID:
+            raise TypeError("bad cursor id")
+        check_line(rid)
     except (binascii.Error, ValueError, TypeError, KeyError) as exc:
         raise ValidationError(
             "cursor is malformed; pass next_cursor exactly as a previous page returned it"
@@ -186,11 +196,13 @@ def decode_cursor(cursor: str, query: dict[str, Any]) -> tuple[int, str]:
 async def list_requests(
     queue: str,
     runtime: RuntimeDep,
-    since_ms: Annotated[int | None, Query(ge=0, description="received at or after")] = None,
-    until_ms: Annotated[int | None, Query(ge=0, description="received before")] = None,
+    since_ms: Annotated[int | None, Query(ge=0, le=MAX_INT64,
+                                          description="received at or after")] = None,
+    until_ms: Annotated[int | None, Query(ge=0, le=MAX_INT64,
+                                          description="received before")] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    cursor: Annotated[str | None, Query(max_length=4096)] = None,
-    change_uri: Annotated[str | None, Query(max_length=1024)] = None,
+    cursor: Annotated[SafeLine | None, Query(max_length=4096)] = None,
+    change_uri: Annotated[SafeLine | None, Query(max_length=1024)] = None,
     status: PublicStatus | None = None,
 ) -> ListOut:
     """A queue's requests, newest first, one page at a time."""

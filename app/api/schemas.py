@@ -1,13 +1,55 @@
-"""Request and response bodies of the gateway's REST API (``/api/v1``)."""
+"""Request and response bodies of the gateway's REST API (``/api/v1``), and the text
+types every string from a client passes through before it reaches the database.
+
+**Text from clients.** ``SafeLine`` (identifiers, change URIs, search terms, cursors,
+keys) refuses control characters; ``SafeText`` (free text such as a cancel or admin
+reason) allows tab, newline and carriage return and refuses the other control
+characters. Both refuse lone surrogates (``\\ud800``: not encodable as UTF-8, so no
+database can store them) and NUL (PostgreSQL text columns reject it). A refused
+string is a 422 ``invalid_request`` naming the field, before anything is written.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from app.domain.entities import RequestLog, RequestSummary
 from app.domain.states import LandStrategy, LogType
+
+_CONTROL = "\x00-\x08\x0b\x0c\x0e-\x1f\x7f"
+_NOT_IN_TEXT = re.compile(f"[{_CONTROL}\ud800-\udfff]")
+_NOT_IN_LINE = re.compile(f"[{_CONTROL}\t\n\r\ud800-\udfff]")
+
+
+def _refuse(pattern: re.Pattern[str], value: Any) -> Any:
+    if not isinstance(value, str):
+        return value  # the str schema reports the wrong type
+    bad = pattern.search(value)
+    if bad is None:
+        return value
+    code = ord(bad.group())
+    what = ("a lone surrogate" if 0xD800 <= code <= 0xDFFF
+            else "NUL" if code == 0 else "a control character")
+    raise ValueError(f"contains {what} (U+{code:04X}) at position {bad.start()}; "
+                     "send printable UTF-8 text")
+
+
+def check_text(value: Any) -> Any:
+    """``SafeText``'s rule: no NUL, lone surrogate or control character other than
+    tab, newline and carriage return."""
+    return _refuse(_NOT_IN_TEXT, value)
+
+
+def check_line(value: Any) -> Any:
+    """``SafeLine``'s rule: no NUL, lone surrogate or control character at all."""
+    return _refuse(_NOT_IN_LINE, value)
+
+
+SafeText = Annotated[str, BeforeValidator(check_text)]
+SafeLine = Annotated[str, BeforeValidator(check_line)]
 
 
 class _In(BaseModel):
@@ -15,7 +57,7 @@ class _In(BaseModel):
 
 
 class LandBody(_In):
-    change_uris: list[str] = Field(
+    change_uris: list[SafeLine] = Field(
         min_length=1,
         description="The ordered stack of change URIs to land together (first = bottom).",
     )
@@ -25,7 +67,7 @@ class LandBody(_In):
 
 
 class CancelBody(_In):
-    reason: str = Field(default="", max_length=1000, description="Why, for the history.")
+    reason: SafeText = Field(default="", max_length=1000, description="Why, for the history.")
 
 
 class LandAccepted(BaseModel):

@@ -11,7 +11,8 @@ requests, :data:`RECENT_LIMIT` recent ones, :data:`HISTORY_LIMIT` history rows a
 
 What the numbers mean: ``app/api/forecast.py``. The trail and the reasons:
 ``app/api/trail.py``. Unknown queue or request -> 404; an empty, oversized or
-unrecognisable ``q`` -> 400.
+unrecognisable ``q`` -> 400; ``q`` or ``queue`` holding NUL, a control character or a
+lone surrogate -> 422 (``SafeLine``).
 """  # noqa: E501 - route tables read best unwrapped
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from app.api import trail as trail_mod
 from app.api.deps import queue_config
 from app.api.forecast import Forecast, forecast_unbatched
-from app.api.schemas import ErrorOut
+from app.api.schemas import ErrorOut, SafeLine
 from app.api.view_data import QueueState, TimingCache, ViewRuntime, load_queue_state, request_prior
 from app.api.view_schemas import (
     AssumptionOut,
@@ -95,7 +96,8 @@ def get_timing_cache(request: Request) -> TimingCache:
 
 Runtime = Annotated[ViewRuntime, Depends(get_view_runtime)]
 Timings = Annotated[TimingCache, Depends(get_timing_cache)]
-RequestNumber = Annotated[int, Path(ge=1, description="The number in the sqid <queue>/<n>.")]
+RequestNumber = Annotated[int, Path(ge=1, le=2**63 - 1,
+                                    description="The number in the sqid <queue>/<n>.")]
 
 
 def stage_of(status: str) -> str:
@@ -257,9 +259,9 @@ async def request_view(queue: str, n: RequestNumber, rt: Runtime,
 
 
 @router.get("/search", response_model=SearchOut)
-async def search(rt: Runtime, q: Annotated[str, Query(description=(
+async def search(rt: Runtime, q: Annotated[SafeLine, Query(description=(
         "A sqid (demo/12), a request number with 'queue', or an exact change URI."))] = "",
-                 queue: Annotated[str | None, Query(max_length=100)] = None) -> SearchOut:
+                 queue: Annotated[SafeLine | None, Query(max_length=100)] = None) -> SearchOut:
     """Find requests by sqid or by an exact change URI."""
     text = q.strip()
     if not text:

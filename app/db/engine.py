@@ -4,26 +4,43 @@ SQLite: WAL journal, ``synchronous=NORMAL``, ``busy_timeout``, foreign keys on;
 transactions begin with ``BEGIN IMMEDIATE`` (so two writers never fail on a
 lock upgrade) unless opened read-only through ``Database.read()``, which uses a
 deferred ``BEGIN`` and never blocks writers.
+
+**Bounded waits.** A writer gets the SQLite write lock within ``lock_timeout_ms``
+(:data:`WRITE_LOCK_TIMEOUT_MS`, 4 s) or not at all: the wait for this process's
+writers (the asyncio lock) and SQLite's busy handler (another process or connection
+holding the file) share that one budget, and running out raises ``Busy`` before
+anything is written (HTTP 503 with ``Retry-After``). Waiting for a pooled connection
+is bounded by :data:`POOL_TIMEOUT_S` on both databases. ``probe_write()`` is the
+readiness check that the database takes writes at all.
 """
 
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import event
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
     AsyncEngine,
     AsyncSession,
     async_sessionmaker,
     create_async_engine,
 )
 
-SQLITE_BUSY_TIMEOUT_MS = 10_000
+from app.domain.errors import Busy
+
+SQLITE_BUSY_TIMEOUT_MS = 10_000  # readers; a writer's wait is its remaining budget
+WRITE_LOCK_TIMEOUT_MS = 4_000
+PROBE_TIMEOUT_MS = 2_000
+POOL_TIMEOUT_S = 4.0
+_BUSY_STEP_MS = 100  # a writer's busy_timeout is set in steps, so most writes skip the PRAGMA
 
 
 def is_sqlite(url: str) -> bool:
@@ -40,12 +57,13 @@ def ensure_sqlite_dir(url: str) -> None:
 def create_engine(url: str, *, echo: bool = False) -> AsyncEngine:
     if is_sqlite(url):
         ensure_sqlite_dir(url)
-        engine = create_async_engine(url, echo=echo)
+        engine = create_async_engine(url, echo=echo, pool_timeout=POOL_TIMEOUT_S)
         _configure_sqlite(engine)
         return engine
     # No pre-ping (a round trip per checkout): a dropped connection fails its unit of
     # work with a connection error, which the queue classifies as retryable.
-    return create_async_engine(url, echo=echo, pool_size=10, max_overflow=10, pool_recycle=1800)
+    return create_async_engine(url, echo=echo, pool_size=10, max_overflow=10, pool_recycle=1800,
+                               pool_timeout=POOL_TIMEOUT_S)
 
 
 def _configure_sqlite(engine: AsyncEngine) -> None:
@@ -64,8 +82,29 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
 
     @event.listens_for(sync_engine, "begin")
     def _on_begin(conn: Any) -> None:
-        mode = conn.get_execution_options().get("sqlite_begin", "IMMEDIATE")
+        options = conn.get_execution_options()
+        mode = options.get("sqlite_begin", "IMMEDIATE")
+        busy_ms = options.get("sqlite_busy_ms")  # a writer's budget; readers keep what is set
+        if busy_ms is not None and conn.info.get("sq_busy_ms") != busy_ms:
+            conn.exec_driver_sql(f"PRAGMA busy_timeout = {int(busy_ms)}")
+            conn.info["sq_busy_ms"] = busy_ms
         conn.exec_driver_sql(f"BEGIN {mode}")
+
+
+def _busy(timeout_ms: int) -> Busy:
+    return Busy(f"the database stayed locked by other writers for {timeout_ms / 1000:g} s; "
+                "nothing was written")
+
+
+def is_lock_error(exc: BaseException) -> bool:
+    """SQLite's "database is locked" / "busy" (its busy handler gave up)."""
+    cur: BaseException | None = exc
+    while cur is not None:
+        if isinstance(cur, sqlite3.OperationalError):
+            text = str(cur).lower()
+            return "locked" in text or "busy" in text
+        cur = cur.__cause__ or cur.__context__
+    return False
 
 
 class Database:
@@ -79,11 +118,13 @@ class Database:
     the queue inside a ``write()`` block.
     """
 
-    def __init__(self, url: str, *, echo: bool = False) -> None:
+    def __init__(self, url: str, *, echo: bool = False,
+                 lock_timeout_ms: int = WRITE_LOCK_TIMEOUT_MS) -> None:
         self.url = url
         self.engine = create_engine(url, echo=echo)
         self.dialect = self.engine.dialect.name
         self.write_lock: asyncio.Lock | None = asyncio.Lock() if self.dialect == "sqlite" else None
+        self.lock_timeout_ms = lock_timeout_ms
         self._writer = async_sessionmaker(self.engine, expire_on_commit=False)
         reader_bind = self.engine.execution_options(sqlite_begin="DEFERRED")
         self._reader = async_sessionmaker(reader_bind, expire_on_commit=False)
@@ -94,8 +135,33 @@ class Database:
             async with self._writer() as session, session.begin():
                 yield session
             return
-        async with self.write_lock, self._writer() as session, session.begin():
+        async with self._write_turn(self.lock_timeout_ms) as budget_ms, \
+                self._writer() as session, session.begin():
+            try:  # BEGIN IMMEDIATE now, so a busy file fails here, before any write
+                await session.connection(execution_options={"sqlite_busy_ms": budget_ms})
+            except sa_exc.OperationalError as exc:
+                if is_lock_error(exc):
+                    raise _busy(self.lock_timeout_ms) from exc
+                raise
             yield session
+
+    @asynccontextmanager
+    async def _write_turn(self, timeout_ms: int) -> AsyncIterator[int]:
+        """This process's SQLite write lock within ``timeout_ms``; yields the milliseconds
+        left for SQLite's busy handler (in :data:`_BUSY_STEP_MS` steps)."""
+        assert self.write_lock is not None
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            async with asyncio.timeout(timeout_ms / 1000):
+                await self.write_lock.acquire()
+        except TimeoutError:
+            raise _busy(timeout_ms) from None
+        try:
+            left = timeout_ms - int((loop.time() - started) * 1000)
+            yield max(_BUSY_STEP_MS, min(timeout_ms, left + -left % _BUSY_STEP_MS))
+        finally:
+            self.write_lock.release()
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncSession]:
@@ -106,5 +172,35 @@ class Database:
         async with self.engine.connect() as conn:
             await conn.exec_driver_sql("SELECT 1")
 
+    async def probe_write(self, *, timeout_ms: int = PROBE_TIMEOUT_MS) -> None:
+        """Raise unless the database takes a write now: a write transaction that updates
+        no row of ``counters`` and rolls back, within ``timeout_ms``. Fails on a
+        read-only database or transaction (PostgreSQL ``default_transaction_read_only``,
+        a standby; a SQLite file opened read-only), and on a SQLite file whose write lock
+        another writer holds for longer (``Busy``)."""
+        if self.write_lock is None:
+            async with self.engine.connect() as conn:
+                await conn.begin()
+                await conn.exec_driver_sql(f"SET LOCAL lock_timeout = {int(timeout_ms)}")
+                await conn.exec_driver_sql(f"SET LOCAL statement_timeout = {int(timeout_ms)}")
+                await _touch(conn)
+                await conn.rollback()
+            return
+        async with self._write_turn(timeout_ms) as budget_ms, self.engine.connect() as conn:
+            conn = await conn.execution_options(sqlite_busy_ms=budget_ms)
+            try:
+                await conn.begin()
+            except sa_exc.OperationalError as exc:
+                if is_lock_error(exc):
+                    raise _busy(timeout_ms) from exc
+                raise
+            await _touch(conn)
+            await conn.rollback()
+
     async def dispose(self) -> None:
         await self.engine.dispose()
+
+
+async def _touch(conn: AsyncConnection) -> None:
+    # A write statement that matches no row: refused by a read-only database, free otherwise.
+    await conn.exec_driver_sql("UPDATE counters SET value = value WHERE 1 = 0")

@@ -11,6 +11,7 @@ them through their ``retryable`` attribute, without importing this module.
 | ``InvalidState`` | the entity is in a state this operation cannot start from | no | 409 |
 | ``ValidationError`` | input breaks a rule; the message says which and how to fix it | no | 400 |
 | ``PlanError`` | a speculation plan broke a rule (a planner or check bug) | no, decided | - |
+| ``Busy`` | a shared resource (the SQLite write lock) stayed taken past its bound; nothing was written | yes | 503 + ``Retry-After`` |
 
 ``PlanError`` (raised as ``PlanRejected`` by the controller's check and as
 ``PlanInvariantError`` by the planner) is classified deliberately: the planner is a
@@ -19,7 +20,7 @@ the dead letter. It carries the batches it is about (the plan's offending heads)
 the queue; the durable queue stores its ``subjects`` with the dead letter (read
 generically, like ``retryable``) and the ``speculate`` DLQ reconciler fails only those
 batches. It never reaches the API (it is raised only inside the speculate stage).
-"""
+"""  # noqa: E501 - the table reads best unwrapped
 
 from __future__ import annotations
 
@@ -82,3 +83,8 @@ class PlanError(SubmitQueueError):
         if self.queue:
             out.append({"type": "queue", "id": self.queue})
         return out
+
+
+class Busy(SubmitQueueError):
+    code = "busy"
+    retryable = True

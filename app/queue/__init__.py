@@ -22,6 +22,7 @@ from app.queue.errors import (
     MessageNotFound,
     NotDeadLettered,
     PayloadTooLarge,
+    QueueBusy,
     QueueError,
     UnknownTopic,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "PayloadTooLarge",
     "PostgresBackend",
     "PublishResult",
+    "QueueBusy",
     "QueueError",
     "Retryable",
     "SqliteBackend",

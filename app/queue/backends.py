@@ -3,7 +3,10 @@
 - ``SqliteBackend``: one ``sqlite3`` connection owned by one thread. Operations
   submitted concurrently are run together in one ``BEGIN IMMEDIATE`` transaction
   (group commit), each inside its own savepoint so one failing operation does not
-  undo the others. WAL journal, ``synchronous=NORMAL``, ``busy_timeout``.
+  undo the others. WAL journal, ``synchronous=NORMAL``, ``busy_timeout``. An
+  operation waits at most ``lock_timeout_ms`` (4 s) for the write lock — the shared
+  asyncio lock and SQLite's busy handler together — or fails with ``QueueBusy``
+  without being run.
 - ``PostgresBackend``: an asyncpg pool; each operation runs in its own
   transaction (an operation of one statement runs in autocommit: the same thing in
   one round trip instead of three); a listener connection turns ``NOTIFY`` into
@@ -16,13 +19,14 @@ import asyncio
 import contextlib
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 from app.queue.dialect import POSTGRES, SQLITE, Dialect, Stmt, to_positional
+from app.queue.errors import QueueBusy
 from app.queue.ops import Op
 
 T = TypeVar("T")
@@ -82,16 +86,21 @@ class SqliteBackend:
         busy_timeout_ms: int = 10_000,
         max_batch: int = 512,
         write_lock: asyncio.Lock | None = None,
+        lock_timeout_ms: int = 4_000,
     ) -> None:
         """``write_lock``: an asyncio lock shared with the process's other writers of the
-        same file, so they take turns here instead of in SQLite's sleeping busy handler."""
+        same file, so they take turns here instead of in SQLite's sleeping busy handler.
+        ``lock_timeout_ms``: how long an operation may wait for its turn (the lock, then
+        SQLite's busy handler, at most ``busy_timeout_ms``) from when it was submitted."""
         self.path = path
         self._write_lock = write_lock
         self._busy_timeout_ms = busy_timeout_ms
+        self._lock_timeout_ms = lock_timeout_ms
+        self._busy_set = busy_timeout_ms
         self._max_batch = max_batch
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None
-        self._pending: list[tuple[Op[Any], asyncio.Future[Any]]] = []
+        self._pending: list[tuple[Op[Any], asyncio.Future[Any], float]] = []
         self._drainer: asyncio.Task[None] | None = None
         self._thread_id: int | None = None
 
@@ -125,8 +134,9 @@ class SqliteBackend:
         if self._executor is None:
             op.close()
             raise RuntimeError("the SQLite queue backend is not started")
-        fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._pending.append((op, fut))
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[T] = loop.create_future()
+        self._pending.append((op, fut, loop.time() + self._lock_timeout_ms / 1000))
         if self._drainer is None or self._drainer.done():
             self._drainer = asyncio.create_task(self._drain())
         return await fut
@@ -137,14 +147,17 @@ class SqliteBackend:
             batch = self._pending[: self._max_batch]
             del self._pending[: self._max_batch]
             assert self._executor is not None
+            deadline = min(d for _, _, d in batch)
             try:
-                async with self._write_lock or contextlib.nullcontext():
+                async with self._turn(deadline - loop.time()):
+                    left_ms = max(1, int((deadline - loop.time()) * 1000))
+                    busy_ms = min(self._busy_timeout_ms, left_ms + -left_ms % 100)
                     outcomes = await loop.run_in_executor(
-                        self._executor, self._run_batch, [op for op, _ in batch]
+                        self._executor, self._run_batch, [op for op, _, _ in batch], busy_ms
                     )
             except BaseException as exc:  # commit failed: every operation failed
                 outcomes = [(False, exc)] * len(batch)
-            for (_, fut), (ok, value) in zip(batch, outcomes, strict=True):
+            for (_, fut, _), (ok, value) in zip(batch, outcomes, strict=True):
                 if fut.done():
                     continue
                 if ok:
@@ -152,10 +165,29 @@ class SqliteBackend:
                 else:
                     fut.set_exception(value)
 
-    def _run_batch(self, ops: list[Op[Any]]) -> list[tuple[bool, Any]]:
+    @contextlib.asynccontextmanager
+    async def _turn(self, timeout_s: float) -> AsyncIterator[None]:
+        if self._write_lock is None:
+            yield
+            return
+        try:
+            async with asyncio.timeout(max(0.0, timeout_s)):
+                await self._write_lock.acquire()
+        except TimeoutError:
+            raise QueueBusy(f"the database's write lock stayed taken for "
+                            f"{self._lock_timeout_ms / 1000:g} s; nothing was stored") from None
+        try:
+            yield
+        finally:
+            self._write_lock.release()
+
+    def _run_batch(self, ops: list[Op[Any]], busy_ms: int) -> list[tuple[bool, Any]]:
         conn = self._conn
         assert conn is not None
         out: list[tuple[bool, Any]] = []
+        if busy_ms != self._busy_set:  # the rest of the budget; only set when it changed
+            conn.execute(f"PRAGMA busy_timeout = {int(busy_ms)}")
+            self._busy_set = busy_ms
         conn.execute("BEGIN IMMEDIATE")
         try:
             for op in ops:

@@ -23,6 +23,13 @@ class PayloadTooLarge(QueueError):
     """The encoded payload exceeds the configured cap."""
 
 
+class QueueBusy(QueueError):
+    """The SQLite write lock stayed taken past the backend's bound; the operation was not
+    run (nothing was stored). Retryable."""
+
+    retryable = True
+
+
 class LeaseLost(QueueError):
     """This delivery's lease is no longer held: its receipt token is stale.
 

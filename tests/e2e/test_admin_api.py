@@ -210,6 +210,38 @@ async def test_bad_input(database_url: str, tmp_path: Path) -> None:
         assert [a.action for a in await audit_rows(server)] == []
 
 
+async def test_unstorable_text_and_odd_digits_are_refused_with_nothing_done(
+    database_url: str, tmp_path: Path
+) -> None:
+    """NUL in a reason or partition key was a 500 on PostgreSQL (after the drain had
+    acted, before its audit row); '²' passes str.isdigit() but not int()."""
+    async with serve(database_url, tmp_path, admin_token=TOKEN) as server:
+        for odd in ("²", "1²", "٣", "9" * 5000):
+            await api(server, "GET", f"/dlq/build_dlq/messages/{odd}", 400)
+            await api(server, "GET", "/dlq/build_dlq/messages", 400, params={"cursor": odd[:30]})
+            await api(server, "GET", "/audit", 400, params={"cursor": odd[:30]})
+            body = await api(server, "POST", "/dlq/build_dlq/drain", 400,
+                             json={"mode": "discard", "reason": "r", "message_ids": [odd]})
+            assert "malformed" in body["error"]["message"]
+        for field, value in (("reason", "fixed\x00it"), ("reason", "bell\x07"),
+                             ("cursor", "12\x00")):
+            body = await api(server, "POST", "/dlq/build_dlq/drain", 422,
+                             json={"mode": "discard", "reason": "r", field: value})
+            assert body["error"]["message"].startswith(f"invalid request: {field}: ")
+        for field, value in (("partition_key", "demo\x00"), ("reason", "why\x00"),
+                             ("group", "build\x00"), ("partition_key", "a\nb")):
+            body = await api(server, "POST", "/consumers/build/pause", 422,
+                             json={"reason": "r", field: value})
+            assert body["error"]["message"].startswith(f"invalid request: {field}: ")
+        stats = {t.topic: t for t in await server.runtime.broker.stats()}
+        assert not any(g.paused or g.paused_partitions for g in stats["build"].groups)
+        assert await audit_rows(server) == []
+        # free text may still span lines
+        await api(server, "POST", "/consumers/build/pause", json={"reason": "one\n\ttwo"})
+        [entry] = await audit_rows(server)
+        assert entry.reason == "one\n\ttwo"
+
+
 async def test_cli_lists_shows_and_drains(
     database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
