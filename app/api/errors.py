@@ -6,6 +6,7 @@
 | ``NotFound`` | 404 | ``not_found`` |
 | ``ValidationError`` | 400 | ``validation_error`` |
 | ``AlreadyExists`` / ``InvalidState`` / ``VersionMismatch`` | 409 | their ``code`` |
+| ``IdempotencyKeyReused`` | 422 | ``idempotency_key_reused`` |
 | queue ``UnknownTopic``, ``MessageNotFound`` | 404 | ``not_found`` |
 | queue ``NotDeadLettered`` / ``PayloadTooLarge`` / ``InvalidPayload`` | 409 / 413 / 400 | |
 | ``ServiceUnavailable``, other ``QueueError``s, transient database errors | 503 | |
@@ -31,6 +32,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.domain.errors import (
     AlreadyExists,
+    IdempotencyKeyReused,
     InvalidState,
     NotFound,
     SubmitQueueError,
@@ -66,6 +68,7 @@ _DOMAIN_STATUS: tuple[tuple[type[SubmitQueueError], int], ...] = (
     (AlreadyExists, 409),
     (InvalidState, 409),
     (VersionMismatch, 409),
+    (IdempotencyKeyReused, 422),
     (ServiceUnavailable, 503),
 )
 
