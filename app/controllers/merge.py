@@ -2,7 +2,7 @@
 
 | Loaded state | Relative to checkpoint | Action |
 |---|---|---|
-| batch ``merging`` | before | log ``landing`` per member; merge the members' changes in order as one update (infrastructure errors propagate and are retried; the merger recognises changes already landed); publish the result to ``mergesignal`` (id = batch id) |
+| batch ``merging`` | before | log ``landing`` per member; merge the members' changes in order as one update (infrastructure errors propagate and are retried; the merger recognises changes already landed); publish the result, with each member's landed commits, to ``mergesignal`` (id = batch id) |
 | batch terminal or halted | beyond | ack |
 | batch ``creating`` / ``created`` / ``speculating`` | invalid | raise ``InvalidState`` |
 | batch missing | invalid | raise ``NotFound`` |
@@ -42,4 +42,6 @@ class MergeController(StageController):
             id=batch.id, queue=batch.queue,
             outcome="succeeded" if outcome.succeeded else "failed", reason=outcome.reason,
             outputs=list(outcome.outputs), conflicting_paths=list(outcome.conflicting_paths),
+            commits={m: list(outcome.commits.get(m, ())) for m in batch.contains
+                     if outcome.succeeded},
         ), partition_key=batch.queue, message_id=batch.id)
