@@ -11,7 +11,8 @@ import pytest
 
 from app.db.repos import request_log
 from app.domain import messages as m
-from app.domain.states import LandStrategy
+from app.domain.entities import RequestLog
+from app.domain.states import LandStrategy, LogType
 from app.extensions.merger.fake import landed_sha
 from tests.conftest import BACKENDS
 from tests.e2e.harness import Server, change, serve
@@ -101,6 +102,9 @@ async def test_duplicate_land_of_an_in_flight_change_is_refused(
         async with server.runtime.db.write() as s:
             await request_log.create_summary(s, queue="demo", request_id="demo/99",
                                              change_uris=[uri], received_at_ms=1)
+        await request_log.persist_log(server.runtime.db, RequestLog(
+            queue="demo", request_id="demo/99", timestamp_ms=1, type=LogType.STATUS,
+            status="accepted", log_id=m.log_id("demo/99", "accepted")))
         await server.runtime.broker.publish(m.START, m.LandRequestMsg(
             id="demo/99", queue="demo", change_uris=[uri], strategy=LandStrategy.REBASE,
         ).model_dump(mode="json"), partition_key="demo", message_id="demo/99")
