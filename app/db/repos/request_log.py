@@ -205,12 +205,18 @@ async def history(session: AsyncSession, *, queue: str, request_id: str) -> list
 async def update_summary_status(
     session: AsyncSession, *, summary: RequestSummary, entry: RequestLog
 ) -> RequestSummary:
-    """Conditionally write ``entry``'s status onto ``summary`` (version + 1)."""
+    """Conditionally write ``entry``'s status onto ``summary`` (version + 1). The entry's
+    metadata replaces the summary's, except that a repeat of the same status at the
+    same request version (a repair) keeps the keys it does not carry, so a landed
+    request's ``commits`` survive a bare re-publication of ``landed``."""
+    metadata = dict(entry.metadata)
+    if (entry.status, entry.request_version) == (summary.status, summary.request_version):
+        metadata = {**summary.metadata, **metadata}
     new = RequestSummary(
         queue=summary.queue, request_id=summary.request_id, change_uris=summary.change_uris,
         received_at_ms=summary.received_at_ms, status=entry.status,
         request_version=entry.request_version, status_timestamp_ms=entry.timestamp_ms,
-        version=summary.version + 1, last_error=entry.last_error, metadata=dict(entry.metadata),
+        version=summary.version + 1, last_error=entry.last_error, metadata=metadata,
     )
     await conditional_update(
         session, sum_t,
