@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import pytest
 import sqlalchemy as sa
-from alembic import command
 
+from alembic import command
 from app.db.engine import Database
 from app.db.migrate import alembic_config, upgrade
 from app.db.repos import claims
