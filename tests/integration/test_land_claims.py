@@ -130,6 +130,20 @@ async def test_the_terminal_fold_settles_claims_idempotently(env: Env) -> None:
     assert set((await holders(env)).values()) == {(second, "landed", COMMIT)}
 
 
+async def test_lands_racing_the_release_of_the_previous_owner_take_it_once(env: Env) -> None:
+    owner = await land(env, URI_A)
+    for _ in range(8):
+        answers = await asyncio.gather(
+            finish(env, owner, "error"), *(post(env, URI_A) for _ in range(6)))
+        won = [r.json()["sqid"] for r in answers[1:] if r.status_code == 202]
+        assert len(won) <= 1, won
+        assert all(r.status_code in (202, 409) for r in answers[1:])
+        if not won:  # every land came before the release: the change is free now
+            won = [await land(env, URI_A)]
+        owner = won[0]
+        assert set((await holders(env)).values()) == {(owner, "live", "")}
+
+
 async def test_a_failed_start_publish_gives_claims_and_key_back(database_url: str) -> None:
     env = await make_env(database_url, topics=(CANCEL, LOG))  # no `start`: publish fails
     try:
