@@ -81,6 +81,13 @@ class CancelAccepted(BaseModel):
     status: str
 
 
+def landed_commits(s: RequestSummary) -> list[str]:
+    """The commit each change of a landed request landed as (its ``landed`` status's
+    metadata ``commits``, one per change URI in order); [] unless landed."""
+    commits = s.metadata.get("commits") if s.status == "landed" else None
+    return [str(c) for c in commits] if isinstance(commits, list) else []
+
+
 class RequestSummaryOut(BaseModel):
     sqid: str
     queue: str
@@ -89,13 +96,16 @@ class RequestSummaryOut(BaseModel):
     status: str
     last_error: str
     metadata: dict[str, Any]
+    landed_commits: list[str] = Field(
+        default_factory=list,
+        description="Landed only: the target commit each change landed as, in order.")
 
     @classmethod
     def of(cls, s: RequestSummary) -> RequestSummaryOut:
         return cls(
             sqid=s.request_id, queue=s.queue, change_uris=list(s.change_uris),
             received_at_ms=s.received_at_ms, status=s.status, last_error=s.last_error,
-            metadata=dict(s.metadata),
+            metadata=dict(s.metadata), landed_commits=landed_commits(s),
         )
 
 
