@@ -24,9 +24,9 @@ from app.db.engine import Database
 from app.db.repos import batches as batch_repo
 from app.db.repos import requests as request_repo
 from app.domain.entities import Batch, LandRequest
+from app.domain.queue_config import parse_queues
 from app.domain.states import BatchState, LandStrategy, RequestState
 from app.extensions.base import QueueExtensions
-from app.domain.queue_config import parse_queues
 from app.extensions.factory import build_extensions
 from app.queue import Outgoing, StoredMessage
 
