@@ -1,116 +1,74 @@
 """Controllers below the whole app: a real migrated database, a broker that records what
-is published, a delivery that records holds, and the queue's fakes as extensions.
+is published, a delivery that records holds, and the queue's fakes as extensions (each
+seam wrapped in a ``Scripted`` recorder a case can give a chosen outcome or error).
 
 ``StateTable`` makes a controller module's docstring state table executable: every row
-of every table whose header starts with ``Loaded state`` must be covered by a ``Case``
-(``StateTable.missing()`` lists the rows that are not), and each case seeds one durable
-state, runs the controller once and checks its outcome, its writes and the messages it
-published (topic, partition key and message id).
+of every table whose header starts with ``Loaded state`` (or another header named) must
+be covered by a ``Case`` (``StateTable.missing()`` lists the rows that are not), and each
+case seeds one durable state, runs the controller once and checks its outcome, its writes
+and the messages it published (topic, partition key and message id). A case that raises
+also asserts that nothing was written (every table compared before and after).
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-import json
 import re
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
+import sqlalchemy as sa
+
 from app.controllers.common import Deps
+from app.db import tables
 from app.db.engine import Database
 from app.db.repos import batches as batch_repo
+from app.db.repos import changes as change_repo
+from app.db.repos import request_log as log_repo
 from app.db.repos import requests as request_repo
-from app.domain.entities import Batch, LandRequest
+from app.db.repos import speculation as spec_repo
+from app.domain.entities import (
+    Batch,
+    Build,
+    ChangeDetails,
+    LandRequest,
+    PathEntry,
+    PathSet,
+    RequestLog,
+    RequestSummary,
+    SpeculationPath,
+)
+from app.domain.messages import log_id
 from app.domain.queue_config import parse_queues
-from app.domain.states import BatchState, LandStrategy, RequestState
+from app.domain.states import (
+    Assumption,
+    BatchState,
+    BuildStatus,
+    LandStrategy,
+    LogType,
+    PathStatus,
+    RequestState,
+)
 from app.extensions.base import QueueExtensions
 from app.extensions.factory import build_extensions
-from app.queue import Outgoing, StoredMessage
+from tests.support.doubles import (
+    NOW_MS,
+    QUEUE,
+    SEAMS,
+    FakeDelivery,
+    Published,
+    RecordingBroker,
+    RecordingMetrics,
+    Scripted,
+)
 
-NOW_MS = 1_700_000_000_000
-QUEUE = "demo"
+__all__ = ["NOW_MS", "QUEUE", "FakeDelivery", "Published", "RecordingBroker",
+           "RecordingMetrics", "Scripted"]
+
 QUEUES_YAML = Path(__file__).resolve().parents[2] / "queues.yaml"
-
-
-@dataclass(frozen=True)
-class Published:
-    topic: str
-    partition_key: str
-    message_id: str
-    payload: Any
-
-    @property
-    def key(self) -> tuple[str, str, str]:
-        return (self.topic, self.partition_key, self.message_id)
-
-
-class RecordingBroker:
-    """The two publishing calls controllers make, recorded in order; a fixed clock."""
-
-    def __init__(self, now_ms: int = NOW_MS) -> None:
-        self.now_ms = now_ms
-        self.published: list[Published] = []
-
-    def clock(self) -> int:
-        return self.now_ms
-
-    async def publish(self, topic: str, payload: Any, *, partition_key: str,
-                      message_id: str, **_: Any) -> None:
-        self.published.append(Published(topic, partition_key, message_id, payload))
-
-    async def publish_many(self, batch: Sequence[Outgoing]) -> None:
-        for o in batch:
-            self.published.append(Published(o.topic, o.partition_key, o.message_id, o.payload))
-
-    def keys(self, topic: str | None = None) -> list[tuple[str, str, str]]:
-        return [p.key for p in self.published if topic is None or p.topic == topic]
-
-    def logs(self) -> list[str]:
-        """The log ids published (``<sqid>/<status or event>[/...]``), in order."""
-        return [p.message_id for p in self.published if p.topic == "log"]
-
-
-class FakeDelivery:
-    """What a controller sees of one delivery; ``hold`` is recorded, not performed."""
-
-    def __init__(self, topic: str, payload: Any, *, message_id: str = "m-1",
-                 partition_key: str = QUEUE, attempt: int = 1, seq: int = 1,
-                 published_at_ms: int = NOW_MS, failure: dict[str, Any] | None = None) -> None:
-        failure = failure or {}
-        self.message = StoredMessage(
-            seq=seq, topic=topic, partition_key=partition_key, message_id=message_id,
-            payload_json=json.dumps(payload), metadata={}, published_at_ms=published_at_ms,
-            original_topic=failure.get("original_topic"),
-            failure_count=failure.get("failure_count"), last_error=failure.get("last_error"),
-            failure_detail=failure.get("failure_detail"), failed_at_ms=failure.get("failed_at_ms"))
-        self.attempt = attempt
-        self.held_ms: int | None = None
-
-    @property
-    def payload(self) -> Any:
-        return self.message.payload
-
-    @property
-    def message_id(self) -> str:
-        return self.message.message_id
-
-    @property
-    def topic(self) -> str:
-        return self.message.topic
-
-    @property
-    def partition_key(self) -> str:
-        return self.message.partition_key
-
-    @property
-    def metadata(self) -> dict[str, Any]:
-        return self.message.metadata
-
-    def hold(self, ms: int) -> None:
-        self.held_ms = ms
 
 
 def demo_extensions() -> QueueExtensions:
@@ -122,11 +80,35 @@ def demo_extensions() -> QueueExtensions:
 
 @dataclass
 class Rig:
-    """A controller's world: database, recording broker and the deps that join them."""
+    """A controller's world: database, recording broker and the deps that join them.
+
+    ``ext`` is the demo queue's extensions with every seam wrapped in ``Scripted``
+    (``rig.seam("merger").script(check=...)``; ``rig.seam("runner").called("cancel")``).
+    ``stack`` undoes what a case patched when the rig closes.
+    """
 
     db: Database
     broker: RecordingBroker
     deps: Deps
+    ext: QueueExtensions
+    metrics: RecordingMetrics
+    stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+
+    def seam(self, name: str) -> Scripted:
+        wrapped = getattr(self.ext, name)
+        assert isinstance(wrapped, Scripted), name
+        return wrapped
+
+    def calls(self) -> dict[str, list[str]]:
+        """Methods called on each seam, in order (seams never called are left out)."""
+        out = {n: [m for m, _ in self.seam(n).calls] for n in SEAMS}
+        return {n: ms for n, ms in out.items() if ms}
+
+    async def aclose(self) -> None:
+        self.stack.close()
+        await self.db.dispose()
+
+    # --- orchestrator seeds ---------------------------------------------------------
 
     async def request(self, n: int, state: RequestState, *, version: int = 1,
                       uris: tuple[str, ...] | None = None, last_error: str = "") -> LandRequest:
@@ -138,15 +120,50 @@ class Rig:
             await request_repo.create(s, request=req, now_ms=self.broker.now_ms)
         return req
 
-    async def batch(self, n: int, state: BatchState, contains: Sequence[LandRequest], *,
+    async def batch(self, n: int, state: BatchState, contains: Sequence[LandRequest | str], *,
                     version: int = 1, dependencies: tuple[str, ...] = (),
                     failure_reason: str = "") -> Batch:
-        batch = Batch(queue=QUEUE, id=f"{QUEUE}/batch/{n}",
-                      contains=tuple(r.id for r in contains), dependencies=dependencies,
-                      state=state, version=version, failure_reason=failure_reason)
+        batch = Batch(queue=QUEUE, id=batch_id(n),
+                      contains=tuple(r if isinstance(r, str) else r.id for r in contains),
+                      dependencies=dependencies, state=state, version=version,
+                      failure_reason=failure_reason)
         async with self.db.write() as s:
             await batch_repo.create(s, batch=batch, now_ms=self.broker.now_ms)
         return batch
+
+    async def path_set(self, n: int, entries: Sequence[PathEntry], *,
+                       version: int = 1) -> PathSet:
+        """Store batch ``n``'s path set (``path(n)`` makes a path for it)."""
+        new = PathSet(queue=QUEUE, head=batch_id(n), entries=tuple(entries), version=version)
+        async with self.db.write() as s:
+            await spec_repo.save_path_set(s, old=replace(new, version=0), new=new)
+        return new
+
+    async def build(self, build_id: str, n: int, status: BuildStatus, *, path_id: str,
+                    attempt: int = 1, version: int = 1, log_url: str = "",
+                    link: bool = True) -> Build:
+        """A build of batch ``n``'s path, linked to its (path, attempt) unless ``link``
+        is False."""
+        build = Build(queue=QUEUE, id=build_id, batch_id=batch_id(n), path_id=path_id,
+                      attempt=attempt, status=status, version=version, log_url=log_url)
+        async with self.db.write() as s:
+            await spec_repo.create_build(s, build=build, now_ms=self.broker.now_ms)
+            if link:
+                await spec_repo.link(s, queue=QUEUE, path_id=path_id, attempt=attempt,
+                                     build_id=build_id)
+        return build
+
+    async def link(self, path_id: str, attempt: int, build_id: str) -> None:
+        async with self.db.write() as s:
+            await spec_repo.link(s, queue=QUEUE, path_id=path_id, attempt=attempt,
+                                 build_id=build_id)
+
+    async def claim(self, n: int, uris: Sequence[str]) -> None:
+        """Request ``n`` claims the change URIs (details: no author, no files)."""
+        async with self.db.write() as s:
+            await change_repo.claim(s, queue=QUEUE, request_id=f"{QUEUE}/{n}",
+                                    details=[ChangeDetails(uri=u) for u in uris],
+                                    now_ms=self.broker.now_ms)
 
     async def get_request(self, n: int) -> LandRequest:
         async with self.db.read() as s:
@@ -154,35 +171,115 @@ class Rig:
 
     async def get_batch(self, n: int) -> Batch:
         async with self.db.read() as s:
-            return await batch_repo.get(s, queue=QUEUE, id=f"{QUEUE}/batch/{n}")
+            return await batch_repo.get(s, queue=QUEUE, id=batch_id(n))
+
+    async def get_build(self, build_id: str) -> Build:
+        async with self.db.read() as s:
+            return await spec_repo.get_build(s, queue=QUEUE, id=build_id)
+
+    # --- gateway seeds --------------------------------------------------------------
+
+    async def summary(self, n: int, status: str = "accepted", *, request_version: int = 0,
+                      at_ms: int = NOW_MS - 10_000, received_at_ms: int = NOW_MS - 60_000,
+                      last_error: str = "") -> RequestSummary:
+        """Request ``n``'s gateway summary: ``accepting`` at version 1, or (any other
+        status) that status folded on top at version 2. No history row is stored."""
+        async with self.db.write() as s:
+            summary = await log_repo.create_summary(
+                s, queue=QUEUE, request_id=f"{QUEUE}/{n}", change_uris=[f"uri-{n}"],
+                received_at_ms=received_at_ms)
+            if status != log_repo.ACCEPTING:
+                folded = status_entry(n, status, at_ms=at_ms, request_version=request_version,
+                                      last_error=last_error)
+                summary = await log_repo.update_summary_status(s, summary=summary, entry=folded)
+        return summary
+
+    async def history_row(self, entry: RequestLog) -> None:
+        async with self.db.write() as s:
+            await log_repo.append_log(s, entry=entry)
+
+    async def get_summary(self, n: int) -> RequestSummary | None:
+        async with self.db.read() as s:
+            return await log_repo.find_summary(s, queue=QUEUE, request_id=f"{QUEUE}/{n}")
+
+    async def history(self, n: int) -> list[RequestLog]:
+        async with self.db.read() as s:
+            return await log_repo.history(s, queue=QUEUE, request_id=f"{QUEUE}/{n}")
+
+    # --- everything -----------------------------------------------------------------
+
+    async def snapshot(self) -> dict[str, list[str]]:
+        """Every row of every application table (the queue's tables are the broker's,
+        which is recorded instead)."""
+        out: dict[str, list[str]] = {}
+        async with self.db.read() as s:
+            for table in tables.metadata.sorted_tables:
+                rows = (await s.execute(sa.select(table))).all()
+                out[table.name] = sorted(repr(tuple(r)) for r in rows)
+        return out
+
+
+def batch_id(n: int) -> str:
+    return f"{QUEUE}/batch/{n}"
+
+
+def path(n: int, *deps: tuple[int, Assumption]) -> SpeculationPath:
+    """A path of batch ``n``: one assumption per dependency (``(dep number, assumption)``)."""
+    return SpeculationPath(head=batch_id(n),
+                           dependencies=tuple((batch_id(d), a) for d, a in deps))
+
+
+def entry(p: SpeculationPath, status: PathStatus, attempt: int = 1) -> PathEntry:
+    return PathEntry(path=p, status=status, attempt=attempt, created_at_ms=NOW_MS,
+                     updated_at_ms=NOW_MS)
+
+
+def status_entry(n: int, status: str, *, at_ms: int = NOW_MS, request_version: int = 0,
+                 last_error: str = "", metadata: dict[str, Any] | None = None,
+                 occurrence: str | None = None) -> RequestLog:
+    """A status entry of request ``n``'s log, with its stable log id."""
+    sqid = f"{QUEUE}/{n}"
+    return RequestLog(queue=QUEUE, request_id=sqid, timestamp_ms=at_ms, type=LogType.STATUS,
+                      status=status, request_version=request_version, last_error=last_error,
+                      metadata=dict(metadata or {}), log_id=log_id(sqid, status, occurrence))
+
+
+def event_entry(n: int, event: str, *, occurrence: str, at_ms: int = NOW_MS) -> RequestLog:
+    sqid = f"{QUEUE}/{n}"
+    return RequestLog(queue=QUEUE, request_id=sqid, timestamp_ms=at_ms, type=LogType.EVENT,
+                      event=event, log_id=log_id(sqid, event, occurrence))
 
 
 def make_rig(database_url: str, extensions: QueueExtensions | None = None) -> Rig:
     db = Database(database_url)
     broker = RecordingBroker()
-    ext = extensions or demo_extensions()
-    deps = Deps(db=db, broker=broker, extensions=lambda _q: ext)  # type: ignore[arg-type]
-    return Rig(db=db, broker=broker, deps=deps)
+    base = extensions or demo_extensions()
+    ext = replace(base, **{n: Scripted(getattr(base, n)) for n in SEAMS})
+    metrics = RecordingMetrics()
+    deps = Deps(db=db, broker=broker, extensions=lambda _q: ext,  # type: ignore[arg-type]
+                metrics=metrics)
+    return Rig(db=db, broker=broker, deps=deps, ext=ext, metrics=metrics)
 
 
 # --- executable state tables ---------------------------------------------------------
 
 
 _ROW = re.compile(r"^\|(.+)\|\s*$")
+STATE_HEADERS = ("Loaded state",)
 
 
-def documented_rows(module: ModuleType) -> list[str]:
-    """First-column cells of every table in ``module``'s docstring whose header's first
-    cell is ``Loaded state`` (the controller's state-classification tables)."""
+def documented_rows(documented: Any, headers: Sequence[str] = STATE_HEADERS) -> list[str]:
+    """First-column cells of every table in ``documented``'s docstring (a module, class
+    or function) whose header's first cell is one of ``headers`` (the state tables)."""
     rows: list[str] = []
     in_table = False
-    for line in (inspect.getdoc(module) or "").splitlines():
+    for line in (inspect.getdoc(documented) or "").splitlines():
         m = _ROW.match(line.strip())
         if not m:
             in_table = False
             continue
         cells = [c.strip() for c in m.group(1).split("|")]
-        if cells[0] == "Loaded state":
+        if cells[0] in headers:
             in_table = True
             continue
         if in_table and not set(cells[0]) <= set("-: "):
@@ -192,17 +289,21 @@ def documented_rows(module: ModuleType) -> list[str]:
 
 Check = Callable[[Rig], Awaitable[None]]
 Seed = Callable[[Rig], Awaitable[Any]]
+UNCHECKED: Any = object()
 
 
 @dataclass(frozen=True)
 class Case:
     """One documented row, made executable.
 
-    ``seed`` creates the durable state; ``payload`` is the message (a callable gets
-    what ``seed`` returned); ``raises`` the error type the row documents (None: the
-    message is handled); ``published`` exactly the (topic, partition key, message id)
-    triples the controller publishes, in order (None: not checked); ``check`` asserts
-    the writes.
+    ``seed`` creates the durable state (and may script the rig's extensions);
+    ``payload`` is the message (a callable gets what ``seed`` returned); ``raises`` the
+    error type the row documents (None: the message is handled); ``published`` exactly
+    the (topic, partition key, message id) triples the controller publishes, in order
+    (None: not checked); ``held`` the hold in ms the delivery asked for (None: no hold);
+    ``returns`` what ``process`` returns (unchecked by default); ``writes_nothing``
+    asserts that no table changed (default: when the row raises); ``check`` asserts the
+    writes; ``delivery`` are extra ``FakeDelivery`` arguments.
     """
 
     row: str
@@ -211,7 +312,9 @@ class Case:
     name: str = ""
     raises: type[BaseException] | None = None
     published: Sequence[tuple[str, str, str]] | None = None
-    held: bool = False
+    held: int | None = None
+    returns: Any = UNCHECKED
+    writes_nothing: bool | None = None
     check: Check | None = None
     delivery: dict[str, Any] = field(default_factory=dict)
 
@@ -219,19 +322,31 @@ class Case:
     def id(self) -> str:
         return self.name or re.sub(r"[^a-z0-9]+", "-", self.row.lower()).strip("-")
 
+    @property
+    def unchanged(self) -> bool:
+        return self.raises is not None if self.writes_nothing is None else self.writes_nothing
+
 
 class StateTable:
-    def __init__(self, module: ModuleType, cases: Sequence[Case]) -> None:
-        self.module = module
+    def __init__(self, documented: Any, cases: Sequence[Case],
+                 headers: Sequence[str] = STATE_HEADERS) -> None:
+        self.documented = documented
+        self.headers = tuple(headers)
         self.cases = list(cases)
+        ids = [c.id for c in self.cases]
+        duplicates = sorted({i for i in ids if ids.count(i) > 1})
+        assert not duplicates, f"case names must be unique: {duplicates}"
+
+    def rows(self) -> list[str]:
+        return documented_rows(self.documented, self.headers)
 
     def missing(self) -> list[str]:
         covered = {c.row for c in self.cases}
-        return [r for r in documented_rows(self.module) if r not in covered]
+        return [r for r in self.rows() if r not in covered]
 
     def unknown(self) -> list[str]:
         """Cases naming a row the docstring does not have (a stale test)."""
-        rows = set(documented_rows(self.module))
+        rows = set(self.rows())
         return [c.row for c in self.cases if c.row not in rows]
 
 
@@ -242,14 +357,20 @@ async def run_case(rig: Rig, controller: Any, topic: str, case: Case) -> FakeDel
     seeded = await case.seed(rig)
     payload = case.payload(seeded) if callable(case.payload) else case.payload
     delivery = FakeDelivery(topic, payload, **case.delivery)
+    before = await rig.snapshot() if case.unchanged else None
+    result: Any = None
     if case.raises is not None:
         with pytest.raises(case.raises):
             await controller.process(delivery)
     else:
-        await controller.process(delivery)
+        result = await controller.process(delivery)
     if case.published is not None:
         assert rig.broker.keys() == list(case.published), rig.broker.keys()
-    assert (delivery.held_ms is not None) == case.held, delivery.held_ms
+    assert delivery.held_ms == case.held, delivery.held_ms
+    if case.returns is not UNCHECKED:
+        assert result == case.returns, result
+    if before is not None:
+        assert await rig.snapshot() == before, "the row must write nothing"
     if case.check is not None:
         await case.check(rig)
     return delivery
