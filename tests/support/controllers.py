@@ -113,7 +113,7 @@ class Rig:
     async def request(self, n: int, state: RequestState, *, version: int = 1,
                       uris: tuple[str, ...] | None = None, last_error: str = "") -> LandRequest:
         req = LandRequest(queue=QUEUE, id=f"{QUEUE}/{n}",
-                          change_uris=uris or (f"git://demo.example.com/demo/r{n}/{n:040x}",),
+                          change_uris=uris or (change_uri(n),),
                           strategy=LandStrategy.REBASE, state=state, version=version,
                           last_error=last_error)
         async with self.db.write() as s:
@@ -217,6 +217,15 @@ class Rig:
                 rows = (await s.execute(sa.select(table))).all()
                 out[table.name] = sorted(repr(tuple(r)) for r in rows)
         return out
+
+
+def change_uri(n: int, *, fake: str = "", files: str = "") -> str:
+    """A canonical fake change URI for request ``n`` (``fake``: an ``sq-fake`` token,
+    ``files``: its ``sq-files``)."""
+    markers = "&".join(m for m in (f"sq-fake={fake}" if fake else "",
+                                   f"sq-files={files}" if files else "") if m)
+    base = f"git://demo.example.com/demo/refs%2Fheads%2Fr{n}/{n:040x}"
+    return f"{base}?{markers}" if markers else base
 
 
 def batch_id(n: int) -> str:
