@@ -6,8 +6,8 @@ batches are still polled so their builds' ends are recorded.
 | Loaded state | Relative to checkpoint | Action |
 |---|---|---|
 | build terminal | beyond | ack |
-| build live, runner reports the same status | at | cancel it if unwanted; hold and poll again |
-| build live, runner reports a new status | before | log ``building`` (one per status reached, with the runner's detail) and ``built`` on success for each member, then conditional write of the status, then a ``speculate`` wake-up (id names build and status); hold unless terminal |
+| build live, runner reports the same status and log URL | at | cancel it if unwanted; hold and poll again |
+| build live, runner reports a new status or log URL | before | log ``building`` (one per status reached, with the runner's detail) and ``built`` on success for each member, then conditional write of the status and URL, then a ``speculate`` wake-up (id names build and status); hold unless terminal |
 | build missing | invalid | raise ``NotFound`` |
 
 *Unwanted*: the batch is halted, or its path entry is missing, cancelling, cancelled,
