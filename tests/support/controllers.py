@@ -263,7 +263,8 @@ def make_rig(database_url: str, extensions: QueueExtensions | None = None) -> Ri
     db = Database(database_url)
     broker = RecordingBroker()
     base = extensions or demo_extensions()
-    ext = replace(base, **{n: Scripted(getattr(base, n)) for n in SEAMS})
+    wrapped: dict[str, Any] = {n: Scripted(getattr(base, n)) for n in SEAMS}
+    ext = replace(base, **wrapped)
     metrics = RecordingMetrics()
     deps = Deps(db=db, broker=broker, extensions=lambda _q: ext,  # type: ignore[arg-type]
                 metrics=metrics)

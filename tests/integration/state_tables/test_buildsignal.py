@@ -77,7 +77,8 @@ def asked(*methods: str, cancelled: bool = False) -> Check:
     return check
 
 
-def building(status: BuildStatus, *members: int, built: bool = False) -> list[tuple[str, ...]]:
+def building(status: BuildStatus, *members: int,
+             built: bool = False) -> list[tuple[str, str, str]]:
     """The logs and the wake-up one recorded status publishes, in order."""
     logs = [("log", f"demo/{m}", f"demo/{m}/building/{BID}/{status.value}") for m in members]
     if built:
