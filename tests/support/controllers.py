@@ -63,10 +63,11 @@ from tests.support.doubles import (
     RecordingBroker,
     RecordingMetrics,
     Scripted,
+    SimulatedCrash,
 )
 
 __all__ = ["NOW_MS", "QUEUE", "FakeDelivery", "Published", "RecordingBroker",
-           "RecordingMetrics", "Scripted"]
+           "RecordingMetrics", "Scripted", "SimulatedCrash"]
 
 QUEUES_YAML = Path(__file__).resolve().parents[2] / "queues.yaml"
 

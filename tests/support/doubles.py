@@ -37,21 +37,41 @@ class Published:
         return (self.topic, self.partition_key, self.message_id)
 
 
+class SimulatedCrash(Exception):
+    """The process died here (raised by ``RecordingBroker`` when told to)."""
+
+
 class RecordingBroker:
-    """The two publishing calls controllers make, recorded in order; a fixed clock."""
+    """The two publishing calls controllers make, recorded in order; a fixed clock.
+
+    ``crash_before(topic)`` makes the next publish to ``topic`` raise ``SimulatedCrash``
+    instead (what was written before it stays written): redeliver to test the repair.
+    """
 
     def __init__(self, now_ms: int = NOW_MS) -> None:
         self.now_ms = now_ms
         self.published: list[Published] = []
+        self._crash: set[str] = set()
 
     def clock(self) -> int:
         return self.now_ms
 
+    def crash_before(self, topic: str) -> None:
+        self._crash.add(topic)
+
+    def _check(self, topic: str) -> None:
+        if topic in self._crash:
+            self._crash.discard(topic)
+            raise SimulatedCrash(f"crashed before publishing to {topic}")
+
     async def publish(self, topic: str, payload: Any, *, partition_key: str,
                       message_id: str, **_: Any) -> None:
+        self._check(topic)
         self.published.append(Published(topic, partition_key, message_id, payload))
 
     async def publish_many(self, batch: Sequence[Outgoing]) -> None:
+        for o in batch:
+            self._check(o.topic)
         for o in batch:
             self.published.append(Published(o.topic, o.partition_key, o.message_id, o.payload))
 

@@ -20,8 +20,10 @@ from tests.conftest import BACKENDS
 from tests.support.controllers import (
     Case,
     Check,
+    FakeDelivery,
     Rig,
     Seed,
+    SimulatedCrash,
     StateTable,
     entry,
     path,
@@ -77,13 +79,17 @@ def asked(*methods: str, cancelled: bool = False) -> Check:
     return check
 
 
+def wake(status: BuildStatus) -> tuple[str, str, str]:
+    return ("speculate", "demo", f"{B}/build-signal/{BID}/{status.value}")
+
+
 def building(status: BuildStatus, *members: int,
              built: bool = False) -> list[tuple[str, str, str]]:
     """The logs and the wake-up one recorded status publishes, in order."""
     logs = [("log", f"demo/{m}", f"demo/{m}/building/{BID}/{status.value}") for m in members]
     if built:
         logs += [("log", f"demo/{m}", f"demo/{m}/built/{BID}") for m in members]
-    return [*logs, ("speculate", "demo", f"{B}/build-signal/{BID}/{status.value}")]
+    return [*logs, wake(status)]
 
 
 def recorded(status: BuildStatus, log_url: str = URL, detail: str | None = None,
@@ -126,8 +132,10 @@ RUN = BuildReport(BuildStatus.RUNNING, URL)
 LONG = "x" * 3000
 
 TABLE = StateTable(buildsignal, [
-    *[Case("build terminal", world(st), MSG, name=st.value, published=[], writes_nothing=True,
-           check=asked()) for st in TERMINAL],
+    # Only buildsignal writes a build's status, so a terminal build is at its checkpoint:
+    # the wake-up is replayed (a crash after the write must not strand the queue).
+    *[Case("build terminal", world(st), MSG, name=st.value, published=[wake(st)],
+           writes_nothing=True, check=asked()) for st in TERMINAL],
     *[Case(SAME, world(st, BuildReport(st, URL)), MSG, name=f"{st.value}-wanted-is-polled",
            held=HOLD[st], published=[], writes_nothing=True, check=asked("status"))
       for st in LIVE],
@@ -183,6 +191,25 @@ def test_every_documented_row_has_a_case() -> None:
 
 def test_the_table_covers_every_build_status() -> None:
     assert {*LIVE, *TERMINAL} == set(BuildStatus)
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+@pytest.mark.parametrize("final", [BuildStatus.SUCCEEDED, BuildStatus.FAILED])
+async def test_a_crash_between_the_write_and_the_wake_up_is_repaired(
+        rig: Rig, final: BuildStatus) -> None:
+    """The build's end is written, the process dies before waking speculation; the
+    redelivery must still wake it, with the id and payload the first run would have used."""
+    await world(BuildStatus.RUNNING, BuildReport(final, URL))(rig)
+    controller = BuildSignalController(rig.deps)
+    rig.broker.crash_before("speculate")
+    with pytest.raises(SimulatedCrash):
+        await controller.process(FakeDelivery("buildsignal", MSG))
+    await build_is(final, 4)(rig)
+    assert rig.broker.keys("speculate") == []
+    await controller.process(FakeDelivery("buildsignal", MSG, attempt=2))
+    assert rig.broker.keys("speculate") == [wake(final)]
+    assert rig.broker.payload("speculate", wake(final)[2]) == {"id": B, "queue": "demo"}
+    await build_is(final, 4)(rig)
 
 
 @pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
