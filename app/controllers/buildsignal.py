@@ -6,7 +6,7 @@ batches are still polled so their builds' ends are recorded.
 | Loaded state | Relative to checkpoint | Action |
 |---|---|---|
 | build terminal | at | replay the ``speculate`` wake-up of its status (same id; only this controller writes a build's status, so a crash between that write and the wake-up would otherwise strand the queue); ack |
-| build live, runner reports the same status and log URL | at | cancel it if unwanted; hold and poll again |
+| build live, runner reports the same status and log URL | at | cancel it if unwanted; on a redelivery (attempt > 1: an earlier run failed or died, maybe between its write and its wake-up) replay the wake-up of that status (same id); hold and poll again |
 | build live, runner reports a new status or log URL | before | log ``building`` (one per status reached, with the runner's detail) and ``built`` on success for each member, then conditional write of the status and URL, then a ``speculate`` wake-up (id names build and status); hold unless terminal |
 | build missing | invalid | raise ``NotFound`` |
 
@@ -53,6 +53,8 @@ class BuildSignalController(StageController):
                 log.warning("could not cancel an unwanted build", extra={"build_id": build.id})
         if report.status is not build.status or report.log_url != build.log_url:
             await self._record(batch, build, report.status, report.log_url, report.detail)
+        elif delivery.attempt > 1:  # polls keep attempt 1: a hold spends none
+            await self._wake(batch, build.id, build.status)
         if not report.status.terminal:
             delivery.hold(POLL_RUNNING_MS if report.status is BuildStatus.RUNNING
                           else POLL_ACCEPTED_MS)

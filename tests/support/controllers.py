@@ -385,3 +385,38 @@ async def run_case(rig: Rig, controller: Any, topic: str, case: Case) -> FakeDel
     if case.check is not None:
         await case.check(rig)
     return delivery
+
+
+def crash_points(cases: Sequence[Case]) -> list[tuple[Case, str]]:
+    """``(case, topic)`` for each topic a handled case publishes to: where a process
+    can die between the case's writes and its fan-out."""
+    return [(c, t) for c in cases if c.raises is None and c.published
+            for t in dict.fromkeys(k[0] for k in c.published)]
+
+
+async def run_crash_repair(rig: Rig, controller: Any, topic: str, case: Case,
+                           crash_topic: str) -> None:
+    """Seed; deliver, dying before the first publish to ``crash_topic``; deliver again
+    (attempt 2). Between them the two runs must publish exactly the case's keys (a key
+    twice only with the same payload: the queue keeps the first) and leave the case's
+    writes. The case's check sees the extension calls of the first run (the ones a
+    clean run makes: controllers call extensions before they publish)."""
+    import pytest
+
+    seeded = await case.seed(rig)
+    payload = case.payload(seeded) if callable(case.payload) else case.payload
+    rig.broker.crash_before(crash_topic)
+    with pytest.raises(SimulatedCrash):
+        await controller.process(FakeDelivery(topic, payload, **case.delivery))
+    calls = {n: list(rig.seam(n).calls) for n in SEAMS}
+    await controller.process(FakeDelivery(topic, payload, **{**case.delivery, "attempt": 2}))
+    for n, seen in calls.items():
+        rig.seam(n).calls = seen
+    assert case.published is not None
+    assert set(rig.broker.keys()) == set(case.published), rig.broker.keys()
+    first: dict[tuple[str, str, str], Published] = {}
+    for p in rig.broker.published:
+        assert first.setdefault(p.key, p).payload == p.payload, f"{p.key} replayed changed"
+    rig.broker.published = list(first.values())
+    if case.check is not None:
+        await case.check(rig)

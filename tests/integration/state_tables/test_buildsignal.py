@@ -25,9 +25,11 @@ from tests.support.controllers import (
     Seed,
     SimulatedCrash,
     StateTable,
+    crash_points,
     entry,
     path,
     run_case,
+    run_crash_repair,
 )
 
 B = "demo/batch/1"
@@ -139,6 +141,10 @@ TABLE = StateTable(buildsignal, [
     *[Case(SAME, world(st, BuildReport(st, URL)), MSG, name=f"{st.value}-wanted-is-polled",
            held=HOLD[st], published=[], writes_nothing=True, check=asked("status"))
       for st in LIVE],
+    # A redelivery (not a poll) may follow a run that died before its wake-up.
+    *[Case(SAME, world(st, BuildReport(st, URL)), MSG, name=f"{st.value}-redelivered",
+           delivery={"attempt": 2}, held=HOLD[st], published=[wake(st)], writes_nothing=True,
+           check=asked("status")) for st in LIVE],
     *[c for st in (BatchState.CANCELLING, BatchState.CANCELLED, BatchState.FAILED,
                    BatchState.SUCCEEDED) for c in unwanted(f"batch-{st.value}", batch=st)],
     *unwanted("no-path-set", entry_status=None),
@@ -216,3 +222,10 @@ async def test_a_crash_between_the_write_and_the_wake_up_is_repaired(
 @pytest.mark.parametrize("case", TABLE.cases, ids=lambda c: c.id)
 async def test_row(rig: Rig, case: Case) -> None:
     await run_case(rig, BuildSignalController(rig.deps), "buildsignal", case)
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+@pytest.mark.parametrize(("case", "crash"), crash_points(TABLE.cases),
+                         ids=lambda x: x if isinstance(x, str) else x.id)
+async def test_crash_before_publishing_is_repaired(rig: Rig, case: Case, crash: str) -> None:
+    await run_crash_repair(rig, BuildSignalController(rig.deps), "buildsignal", case, crash)

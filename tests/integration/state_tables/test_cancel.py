@@ -11,7 +11,17 @@ from app.controllers.cancel import MISSING_GRACE_MS, CancelController
 from app.domain.errors import NotFound
 from app.domain.states import BatchState, RequestState
 from tests.conftest import BACKENDS
-from tests.support.controllers import NOW_MS, Case, Check, Rig, Seed, StateTable, run_case
+from tests.support.controllers import (
+    NOW_MS,
+    Case,
+    Check,
+    Rig,
+    Seed,
+    StateTable,
+    crash_points,
+    run_case,
+    run_crash_repair,
+)
 
 R = "demo/1"
 MSG = {"id": R, "queue": "demo", "reason": "not needed"}
@@ -75,9 +85,11 @@ TABLE = StateTable(cancel, [
          published=[], delivery={"published_at_ms": NOW_MS - MISSING_GRACE_MS}),
     Case("request missing, older", nothing, MSG, name="an-hour-old", raises=NotFound,
          published=[], delivery={"published_at_ms": NOW_MS - 3_600_000}),
+    # A ``cancelled`` request's log is repaired as cancel's write published it.
     *[Case("request terminal", request_in(st, 5, [(1, BatchState.SPECULATING)], "why"), MSG,
            name=f"{st.value}-repairs-its-log", published=[("log", R, f"{R}/{st.value}")],
-           writes_nothing=True, check=world_is(st, 5, "why"))
+           writes_nothing=True, check=world_is(
+               st, 5, "why", log_metadata=WHY if st is RequestState.CANCELLED else None))
       for st in TERMINAL],
     # No owning batch: cancelled at once (via ``cancelling`` unless already there).
     *[Case(LIVE_ROW, request_in(st), MSG, name=f"{st.value}-without-a-batch",
@@ -141,3 +153,10 @@ def test_the_table_covers_every_request_and_batch_state() -> None:
 @pytest.mark.parametrize("case", TABLE.cases, ids=lambda c: c.id)
 async def test_row(rig: Rig, case: Case) -> None:
     await run_case(rig, CancelController(rig.deps), "cancel", case)
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+@pytest.mark.parametrize(("case", "crash"), crash_points(TABLE.cases),
+                         ids=lambda x: x if isinstance(x, str) else x.id)
+async def test_crash_before_publishing_is_repaired(rig: Rig, case: Case, crash: str) -> None:
+    await run_crash_repair(rig, CancelController(rig.deps), "cancel", case, crash)

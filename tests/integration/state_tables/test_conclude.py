@@ -11,7 +11,16 @@ from app.controllers.conclude import ConcludeController
 from app.domain.errors import InvalidState, NotFound
 from app.domain.states import BATCH_TO_REQUEST_TERMINAL, BatchState, RequestState
 from tests.conftest import BACKENDS
-from tests.support.controllers import Case, Check, Rig, Seed, StateTable, run_case
+from tests.support.controllers import (
+    Case,
+    Check,
+    Rig,
+    Seed,
+    StateTable,
+    crash_points,
+    run_case,
+    run_crash_repair,
+)
 
 B = "demo/batch/1"
 MSG = {"id": B, "queue": "demo"}
@@ -127,3 +136,10 @@ def test_the_table_covers_every_batch_state() -> None:
 @pytest.mark.parametrize("case", TABLE.cases, ids=lambda c: c.id)
 async def test_row(rig: Rig, case: Case) -> None:
     await run_case(rig, ConcludeController(rig.deps), "conclude", case)
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+@pytest.mark.parametrize(("case", "crash"), crash_points(TABLE.cases),
+                         ids=lambda x: x if isinstance(x, str) else x.id)
+async def test_crash_before_publishing_is_repaired(rig: Rig, case: Case, crash: str) -> None:
+    await run_crash_repair(rig, ConcludeController(rig.deps), "conclude", case, crash)

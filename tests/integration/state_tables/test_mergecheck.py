@@ -22,7 +22,9 @@ from tests.support.controllers import (
     Seed,
     StateTable,
     change_uri,
+    crash_points,
     run_case,
+    run_crash_repair,
 )
 
 R = "demo/1"
@@ -114,3 +116,10 @@ def test_the_table_covers_every_request_state() -> None:
 @pytest.mark.parametrize("case", TABLE.cases, ids=lambda c: c.id)
 async def test_row(rig: Rig, case: Case) -> None:
     await run_case(rig, MergeCheckController(rig.deps), "mergecheck", case)
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+@pytest.mark.parametrize(("case", "crash"), crash_points(TABLE.cases),
+                         ids=lambda x: x if isinstance(x, str) else x.id)
+async def test_crash_before_publishing_is_repaired(rig: Rig, case: Case, crash: str) -> None:
+    await run_crash_repair(rig, MergeCheckController(rig.deps), "mergecheck", case, crash)

@@ -11,7 +11,17 @@ from app.controllers.mergeconflictsignal import MergeConflictSignalController
 from app.domain.errors import NotFound
 from app.domain.states import RequestState
 from tests.conftest import BACKENDS
-from tests.support.controllers import NOW_MS, Case, Check, Rig, Seed, StateTable, run_case
+from tests.support.controllers import (
+    NOW_MS,
+    Case,
+    Check,
+    Rig,
+    Seed,
+    StateTable,
+    crash_points,
+    run_case,
+    run_crash_repair,
+)
 
 R = "demo/1"
 OK = {"id": R, "queue": "demo", "outcome": "succeeded", "outputs": ["abc"]}
@@ -96,3 +106,11 @@ def test_every_documented_row_has_a_case() -> None:
 @pytest.mark.parametrize("case", TABLE.cases, ids=lambda c: c.id)
 async def test_row(rig: Rig, case: Case) -> None:
     await run_case(rig, MergeConflictSignalController(rig.deps), "mergeconflictsignal", case)
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+@pytest.mark.parametrize(("case", "crash"), crash_points(TABLE.cases),
+                         ids=lambda x: x if isinstance(x, str) else x.id)
+async def test_crash_before_publishing_is_repaired(rig: Rig, case: Case, crash: str) -> None:
+    await run_crash_repair(rig, MergeConflictSignalController(rig.deps), "mergeconflictsignal",
+                           case, crash)

@@ -9,7 +9,14 @@ from app.controllers.mergesignal import MergeSignalController
 from app.domain.errors import InvalidState, NotFound
 from app.domain.states import BatchState, RequestState
 from tests.conftest import BACKENDS
-from tests.support.controllers import Case, Rig, StateTable, run_case
+from tests.support.controllers import (
+    Case,
+    Rig,
+    StateTable,
+    crash_points,
+    run_case,
+    run_crash_repair,
+)
 
 B = "demo/batch/1"
 OK = {"id": B, "queue": "demo", "outcome": "succeeded"}
@@ -68,3 +75,10 @@ def test_every_documented_row_has_a_case() -> None:
 @pytest.mark.parametrize("case", TABLE.cases, ids=lambda c: c.id)
 async def test_row(rig: Rig, case: Case) -> None:
     await run_case(rig, MergeSignalController(rig.deps), "mergesignal", case)
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+@pytest.mark.parametrize(("case", "crash"), crash_points(TABLE.cases),
+                         ids=lambda x: x if isinstance(x, str) else x.id)
+async def test_crash_before_publishing_is_repaired(rig: Rig, case: Case, crash: str) -> None:
+    await run_crash_repair(rig, MergeSignalController(rig.deps), "mergesignal", case, crash)

@@ -17,7 +17,17 @@ from app.domain.errors import NotFound, VersionMismatch
 from app.domain.states import RequestState
 from app.queue import Delivery
 from tests.conftest import BACKENDS
-from tests.support.controllers import NOW_MS, Case, Check, Rig, Seed, StateTable, run_case
+from tests.support.controllers import (
+    NOW_MS,
+    Case,
+    Check,
+    Rig,
+    Seed,
+    StateTable,
+    crash_points,
+    run_case,
+    run_crash_repair,
+)
 
 R = "demo/1"
 MD = {"batch_id": "demo/batch/1"}
@@ -122,3 +132,10 @@ def test_every_live_state_is_terminated() -> None:
 @pytest.mark.parametrize("case", TABLE.cases, ids=lambda c: c.id)
 async def test_row(rig: Rig, case: Case) -> None:
     await run_case(rig, Terminate(rig.deps), "terminate", case)
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+@pytest.mark.parametrize(("case", "crash"), crash_points(TABLE.cases),
+                         ids=lambda x: x if isinstance(x, str) else x.id)
+async def test_crash_before_publishing_is_repaired(rig: Rig, case: Case, crash: str) -> None:
+    await run_crash_repair(rig, Terminate(rig.deps), "terminate", case, crash)
