@@ -420,3 +420,16 @@ async def run_crash_repair(rig: Rig, controller: Any, topic: str, case: Case,
     rig.broker.published = list(first.values())
     if case.check is not None:
         await case.check(rig)
+
+
+async def run_redelivery(rig: Rig, controller: Any, topic: str, case: Case) -> None:
+    """Run a handled case, then deliver the same message again (attempt 2): the
+    duplicate must write nothing, and a key it publishes again carries the same payload."""
+    delivery = await run_case(rig, controller, topic, case)
+    first = {p.key: p.payload for p in rig.broker.published}
+    after = await rig.snapshot()
+    await controller.process(FakeDelivery(topic, delivery.payload,
+                                          **{**case.delivery, "attempt": 2}))
+    assert await rig.snapshot() == after, "a duplicate delivery must write nothing"
+    for p in rig.broker.published:
+        assert first.setdefault(p.key, p.payload) == p.payload, f"{p.key} replayed changed"

@@ -14,8 +14,11 @@ from tests.support.controllers import (
     FakeDelivery,
     Rig,
     StateTable,
+    crash_points,
     documented_rows,
     run_case,
+    run_crash_repair,
+    run_redelivery,
 )
 
 
@@ -88,3 +91,37 @@ def test_a_delivery_records_its_hold() -> None:
     d.hold(500)
     assert d.held_ms == 500
     assert d.payload == {"id": "x"}
+
+
+class WritesEveryTime:
+    def __init__(self, rig: Rig) -> None:
+        self.rig = rig
+        self.n = 0
+
+    async def process(self, delivery: Delivery) -> None:
+        self.n += 1
+        await self.rig.request(self.n, RequestState.STARTED)
+
+
+async def test_a_duplicate_delivery_that_writes_fails_its_case(rig: Rig) -> None:
+    with pytest.raises(AssertionError, match="must write nothing"):
+        await run_redelivery(rig, WritesEveryTime(rig), "t", Case("one", nothing, {}))
+
+
+class DiesBeforePublishing:
+    """Writes, then publishes; after the crash, the redelivery forgets to publish."""
+
+    def __init__(self, rig: Rig) -> None:
+        self.rig = rig
+
+    async def process(self, delivery: Delivery) -> None:
+        if delivery.attempt == 1:
+            await self.rig.request(1, RequestState.STARTED)
+            await self.rig.broker.publish("t", {}, partition_key="demo", message_id="x")
+
+
+async def test_a_fan_out_lost_in_a_crash_fails_its_case(rig: Rig) -> None:
+    case = Case("one", nothing, {}, published=[("t", "demo", "x")])
+    assert crash_points([case]) == [(case, "t")]
+    with pytest.raises(AssertionError):
+        await run_crash_repair(rig, DiesBeforePublishing(rig), "t", case, "t")

@@ -31,6 +31,7 @@ from tests.support.controllers import (
     StateTable,
     event_entry,
     run_case,
+    run_redelivery,
     status_entry,
 )
 
@@ -204,3 +205,12 @@ async def test_row(rig: Rig, case: Case) -> None:
     # The gateway's consumer publishes nothing, whatever the row.
     await run_case(rig, GatewayLogController(rig.db, rig.metrics), "log",
                    replace(case, published=[]))
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+@pytest.mark.parametrize("case", [c for c in TABLE.cases if c.raises is None],
+                         ids=lambda c: c.id)
+async def test_a_duplicate_delivery_writes_nothing(rig: Rig, case: Case) -> None:
+    # The gateway's consumer publishes nothing, whatever the row.
+    await run_redelivery(rig, GatewayLogController(rig.db, rig.metrics), "log",
+                         replace(case, published=[]))

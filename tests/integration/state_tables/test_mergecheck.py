@@ -25,6 +25,7 @@ from tests.support.controllers import (
     crash_points,
     run_case,
     run_crash_repair,
+    run_redelivery,
 )
 
 R = "demo/1"
@@ -123,3 +124,10 @@ async def test_row(rig: Rig, case: Case) -> None:
                          ids=lambda x: x if isinstance(x, str) else x.id)
 async def test_crash_before_publishing_is_repaired(rig: Rig, case: Case, crash: str) -> None:
     await run_crash_repair(rig, MergeCheckController(rig.deps), "mergecheck", case, crash)
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+@pytest.mark.parametrize("case", [c for c in TABLE.cases if c.raises is None],
+                         ids=lambda c: c.id)
+async def test_a_duplicate_delivery_writes_nothing(rig: Rig, case: Case) -> None:
+    await run_redelivery(rig, MergeCheckController(rig.deps), "mergecheck", case)
