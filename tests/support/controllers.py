@@ -39,17 +39,12 @@ from app.domain.entities import (
     PathSet,
     RequestLog,
     RequestSummary,
-    SpeculationPath,
 )
-from app.domain.messages import log_id
 from app.domain.queue_config import parse_queues
 from app.domain.states import (
-    Assumption,
     BatchState,
     BuildStatus,
     LandStrategy,
-    LogType,
-    PathStatus,
     RequestState,
 )
 from app.extensions.base import QueueExtensions
@@ -65,9 +60,18 @@ from tests.support.doubles import (
     Scripted,
     SimulatedCrash,
 )
+from tests.support.seeds import (
+    batch_id,
+    change_uri,
+    entry,
+    event_entry,
+    path,
+    status_entry,
+)
 
 __all__ = ["NOW_MS", "QUEUE", "FakeDelivery", "Published", "RecordingBroker",
-           "RecordingMetrics", "Scripted", "SimulatedCrash"]
+           "RecordingMetrics", "Scripted", "SimulatedCrash", "batch_id", "change_uri", "entry",
+           "event_entry", "path", "status_entry"]
 
 QUEUES_YAML = Path(__file__).resolve().parents[2] / "queues.yaml"
 
@@ -220,46 +224,6 @@ class Rig:
         return out
 
 
-def change_uri(n: int, *, fake: str = "", files: str = "") -> str:
-    """A canonical fake change URI for request ``n`` (``fake``: an ``sq-fake`` token,
-    ``files``: its ``sq-files``)."""
-    markers = "&".join(m for m in (f"sq-fake={fake}" if fake else "",
-                                   f"sq-files={files}" if files else "") if m)
-    base = f"git://demo.example.com/demo/refs%2Fheads%2Fr{n}/{n:040x}"
-    return f"{base}?{markers}" if markers else base
-
-
-def batch_id(n: int) -> str:
-    return f"{QUEUE}/batch/{n}"
-
-
-def path(n: int, *deps: tuple[int, Assumption]) -> SpeculationPath:
-    """A path of batch ``n``: one assumption per dependency (``(dep number, assumption)``)."""
-    return SpeculationPath(head=batch_id(n),
-                           dependencies=tuple((batch_id(d), a) for d, a in deps))
-
-
-def entry(p: SpeculationPath, status: PathStatus, attempt: int = 1) -> PathEntry:
-    return PathEntry(path=p, status=status, attempt=attempt, created_at_ms=NOW_MS,
-                     updated_at_ms=NOW_MS)
-
-
-def status_entry(n: int, status: str, *, at_ms: int = NOW_MS, request_version: int = 0,
-                 last_error: str = "", metadata: dict[str, Any] | None = None,
-                 occurrence: str | None = None) -> RequestLog:
-    """A status entry of request ``n``'s log, with its stable log id."""
-    sqid = f"{QUEUE}/{n}"
-    return RequestLog(queue=QUEUE, request_id=sqid, timestamp_ms=at_ms, type=LogType.STATUS,
-                      status=status, request_version=request_version, last_error=last_error,
-                      metadata=dict(metadata or {}), log_id=log_id(sqid, status, occurrence))
-
-
-def event_entry(n: int, event: str, *, occurrence: str, at_ms: int = NOW_MS) -> RequestLog:
-    sqid = f"{QUEUE}/{n}"
-    return RequestLog(queue=QUEUE, request_id=sqid, timestamp_ms=at_ms, type=LogType.EVENT,
-                      event=event, log_id=log_id(sqid, event, occurrence))
-
-
 def make_rig(database_url: str, extensions: QueueExtensions | None = None) -> Rig:
     db = Database(database_url)
     broker = RecordingBroker()
@@ -385,6 +349,12 @@ async def run_case(rig: Rig, controller: Any, topic: str, case: Case) -> FakeDel
     if case.check is not None:
         await case.check(rig)
     return delivery
+
+
+# The crash and duplicate-delivery properties exercise a controller's classification,
+# not the dialect (the crash falls between committed transactions): they run on SQLite
+# only, while every row itself runs on both backends. It keeps the directory fast.
+CONTROLLER_ONLY = ["sqlite"]
 
 
 def crash_points(cases: Sequence[Case]) -> list[tuple[Case, str]]:

@@ -23,6 +23,7 @@ from app.domain.errors import NotFound, ValidationError, VersionMismatch
 from app.domain.messages import LogMsg
 from tests.conftest import BACKENDS
 from tests.support.controllers import (
+    CONTROLLER_ONLY,
     NOW_MS,
     Case,
     Check,
@@ -207,7 +208,7 @@ async def test_row(rig: Rig, case: Case) -> None:
                    replace(case, published=[]))
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+@pytest.mark.parametrize("database_url", CONTROLLER_ONLY, indirect=True)
 @pytest.mark.parametrize("case", [c for c in TABLE.cases if c.raises is None],
                          ids=lambda c: c.id)
 async def test_a_duplicate_delivery_writes_nothing(rig: Rig, case: Case) -> None:

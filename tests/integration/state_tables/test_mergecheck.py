@@ -16,6 +16,7 @@ from app.extensions.base import MergeOutcome, MergeSpec, MergeStep
 from app.extensions.merger.fake import landed_sha
 from tests.conftest import BACKENDS
 from tests.support.controllers import (
+    CONTROLLER_ONLY,
     Case,
     Check,
     Rig,
@@ -119,14 +120,14 @@ async def test_row(rig: Rig, case: Case) -> None:
     await run_case(rig, MergeCheckController(rig.deps), "mergecheck", case)
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+@pytest.mark.parametrize("database_url", CONTROLLER_ONLY, indirect=True)
 @pytest.mark.parametrize(("case", "crash"), crash_points(TABLE.cases),
                          ids=lambda x: x if isinstance(x, str) else x.id)
 async def test_crash_before_publishing_is_repaired(rig: Rig, case: Case, crash: str) -> None:
     await run_crash_repair(rig, MergeCheckController(rig.deps), "mergecheck", case, crash)
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+@pytest.mark.parametrize("database_url", CONTROLLER_ONLY, indirect=True)
 @pytest.mark.parametrize("case", [c for c in TABLE.cases if c.raises is None],
                          ids=lambda c: c.id)
 async def test_a_duplicate_delivery_writes_nothing(rig: Rig, case: Case) -> None:

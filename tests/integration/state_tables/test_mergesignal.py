@@ -10,6 +10,7 @@ from app.domain.errors import InvalidState, NotFound
 from app.domain.states import BatchState, RequestState
 from tests.conftest import BACKENDS
 from tests.support.controllers import (
+    CONTROLLER_ONLY,
     Case,
     Rig,
     StateTable,
@@ -78,14 +79,14 @@ async def test_row(rig: Rig, case: Case) -> None:
     await run_case(rig, MergeSignalController(rig.deps), "mergesignal", case)
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+@pytest.mark.parametrize("database_url", CONTROLLER_ONLY, indirect=True)
 @pytest.mark.parametrize(("case", "crash"), crash_points(TABLE.cases),
                          ids=lambda x: x if isinstance(x, str) else x.id)
 async def test_crash_before_publishing_is_repaired(rig: Rig, case: Case, crash: str) -> None:
     await run_crash_repair(rig, MergeSignalController(rig.deps), "mergesignal", case, crash)
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+@pytest.mark.parametrize("database_url", CONTROLLER_ONLY, indirect=True)
 @pytest.mark.parametrize("case", [c for c in TABLE.cases if c.raises is None],
                          ids=lambda c: c.id)
 async def test_a_duplicate_delivery_writes_nothing(rig: Rig, case: Case) -> None:

@@ -18,6 +18,7 @@ from app.domain.states import RequestState
 from app.queue import Delivery
 from tests.conftest import BACKENDS
 from tests.support.controllers import (
+    CONTROLLER_ONLY,
     NOW_MS,
     Case,
     Check,
@@ -135,14 +136,14 @@ async def test_row(rig: Rig, case: Case) -> None:
     await run_case(rig, Terminate(rig.deps), "terminate", case)
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+@pytest.mark.parametrize("database_url", CONTROLLER_ONLY, indirect=True)
 @pytest.mark.parametrize(("case", "crash"), crash_points(TABLE.cases),
                          ids=lambda x: x if isinstance(x, str) else x.id)
 async def test_crash_before_publishing_is_repaired(rig: Rig, case: Case, crash: str) -> None:
     await run_crash_repair(rig, Terminate(rig.deps), "terminate", case, crash)
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+@pytest.mark.parametrize("database_url", CONTROLLER_ONLY, indirect=True)
 @pytest.mark.parametrize("case", [c for c in TABLE.cases if c.raises is None],
                          ids=lambda c: c.id)
 async def test_a_duplicate_delivery_writes_nothing(rig: Rig, case: Case) -> None:
