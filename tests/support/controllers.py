@@ -69,9 +69,16 @@ from tests.support.seeds import (
     status_entry,
 )
 
-__all__ = ["NOW_MS", "QUEUE", "FakeDelivery", "Published", "RecordingBroker",
-           "RecordingMetrics", "Scripted", "SimulatedCrash", "batch_id", "change_uri", "entry",
-           "event_entry", "path", "status_entry"]
+__all__ = [
+    # defined here
+    "CONTROLLER_ONLY", "STATE_HEADERS", "UNCHECKED", "Case", "Check", "Rig", "Seed",
+    "StateTable", "crash_points", "demo_extensions", "documented_rows", "make_rig",
+    "run_case", "run_crash_repair", "run_redelivery",
+    # re-exported from doubles and seeds
+    "NOW_MS", "QUEUE", "FakeDelivery", "Published", "RecordingBroker", "RecordingMetrics",
+    "Scripted", "SimulatedCrash", "batch_id", "change_uri", "entry", "event_entry", "path",
+    "status_entry",
+]
 
 QUEUES_YAML = Path(__file__).resolve().parents[2] / "queues.yaml"
 
