@@ -69,14 +69,35 @@ from tests.support.seeds import (
     status_entry,
 )
 
-__all__ = [
-    # defined here
-    "CONTROLLER_ONLY", "STATE_HEADERS", "UNCHECKED", "Case", "Check", "Rig", "Seed",
-    "StateTable", "crash_points", "demo_extensions", "documented_rows", "make_rig",
-    "run_case", "run_crash_repair", "run_redelivery",
-    # re-exported from doubles and seeds
-    "NOW_MS", "QUEUE", "FakeDelivery", "Published", "RecordingBroker", "RecordingMetrics",
-    "Scripted", "SimulatedCrash", "batch_id", "change_uri", "entry", "event_entry", "path",
+__all__ = [  # defined here, and re-exported from doubles and seeds
+    "CONTROLLER_ONLY",
+    "NOW_MS",
+    "QUEUE",
+    "STATE_HEADERS",
+    "UNCHECKED",
+    "Case",
+    "Check",
+    "FakeDelivery",
+    "Published",
+    "RecordingBroker",
+    "RecordingMetrics",
+    "Rig",
+    "Scripted",
+    "Seed",
+    "SimulatedCrash",
+    "StateTable",
+    "batch_id",
+    "change_uri",
+    "crash_points",
+    "demo_extensions",
+    "documented_rows",
+    "entry",
+    "event_entry",
+    "make_rig",
+    "path",
+    "run_case",
+    "run_crash_repair",
+    "run_redelivery",
     "status_entry",
 ]
 
