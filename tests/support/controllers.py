@@ -131,11 +131,12 @@ class Rig:
 
     async def batch(self, n: int, state: BatchState, contains: Sequence[LandRequest | str], *,
                     version: int = 1, dependencies: tuple[str, ...] = (),
-                    failure_reason: str = "") -> Batch:
+                    failure_reason: str = "",
+                    landed: dict[str, tuple[str, ...]] | None = None) -> Batch:
         batch = Batch(queue=QUEUE, id=batch_id(n),
                       contains=tuple(r if isinstance(r, str) else r.id for r in contains),
                       dependencies=dependencies, state=state, version=version,
-                      failure_reason=failure_reason)
+                      failure_reason=failure_reason, landed=dict(landed or {}))
         async with self.db.write() as s:
             await batch_repo.create(s, batch=batch, now_ms=self.broker.now_ms)
         return batch

@@ -45,8 +45,16 @@ def batch_of(state: BatchState, *members: tuple[RequestState, int] | str,
         for n, m in enumerate(members, start=1):
             contains.append(m if isinstance(m, str) else
                             await rig.request(n, m[0], version=m[1], last_error=""))
-        await rig.batch(1, state, contains, version=5, failure_reason=reason)
+        landed = {sqid: commits(sqid) for sqid in (c if isinstance(c, str) else c.id
+                                                     for c in contains)}
+        await rig.batch(1, state, contains, version=5, failure_reason=reason,
+                        landed=landed if state is BatchState.SUCCEEDED else None)
     return seed
+
+
+def commits(sqid: str) -> tuple[str, ...]:
+    """The commit a succeeded batch recorded for ``sqid``'s one change."""
+    return (f"{int(sqid.rsplit('/', 1)[1]):040x}",)
 
 
 def requests_are(*expected: tuple[RequestState, int, str]) -> Check:
@@ -60,12 +68,16 @@ def requests_are(*expected: tuple[RequestState, int, str]) -> Check:
 
 
 def terminal_logs(target: RequestState, version: int, error: str, *members: int) -> Check:
-    """Each member's terminal log carries its version, the reason and the batch id."""
+    """Each member's terminal log carries its version, the reason and the batch id; a
+    ``landed`` one also the commits its batch landed it as."""
     async def check(rig: Rig) -> None:
         for n in members:
             p = rig.broker.payload("log", f"demo/{n}/{target.value}")
+            metadata: dict[str, Any] = {"batch_id": B}
+            if target is RequestState.LANDED:
+                metadata["commits"] = list(commits(f"demo/{n}"))
             assert (p["type"], p["status"], p["request_version"], p["last_error"],
-                    p["metadata"]) == ("status", target.value, version, error, {"batch_id": B})
+                    p["metadata"]) == ("status", target.value, version, error, metadata)
     return check
 
 

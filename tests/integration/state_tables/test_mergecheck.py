@@ -61,7 +61,7 @@ def checked_and_signalled(uris: tuple[str, ...], **result: object) -> Check:
         spec = MergeSpec(queue="demo", id=R, steps=(MergeStep(R, uris, LandStrategy.REBASE),))
         assert rig.seam("merger").calls == [("check", (spec,))]
         expected = {"id": R, "queue": "demo", "reason": "", "outputs": [],
-                    "conflicting_paths": [], **result}
+                    "conflicting_paths": [], "commits": {}, **result}
         assert rig.broker.payload("mergeconflictsignal", R) == expected
     return check
 

@@ -1,5 +1,5 @@
 """``terminate_request``'s table, row by row (app/controllers/common.py): the only writer
-of terminal request states. Its table's header is ``Loaded request``; the case payload
+of terminal request states. Its table's header is ``Loaded (or expected) request``; the case payload
 names the call's arguments, and ``returns`` checks the verdict it reports."""
 
 from __future__ import annotations
@@ -46,9 +46,14 @@ class Terminate:
 
     async def process(self, delivery: Delivery) -> str:
         p = delivery.payload
+        expected = None
+        if "expected_version" in p:  # the caller classified the request at that version
+            async with self.deps.db.read() as s:
+                current = await request_repo.get(s, queue=p["queue"], id=p["id"])
+            expected = replace(current, version=p["expected_version"])
         return await terminate_request(
             self.deps, queue=p["queue"], sqid=p["id"], target=RequestState(p["target"]),
-            last_error=p.get("last_error", ""), metadata=p.get("metadata"))
+            last_error=p.get("last_error", ""), metadata=p.get("metadata"), expected=expected)
 
 
 def to(target: RequestState, last_error: str = "new reason") -> dict[str, Any]:
@@ -91,7 +96,7 @@ def log(state: RequestState) -> list[tuple[str, str, str]]:
     return [("log", R, f"{R}/{state.value}")]
 
 
-TABLE = StateTable(terminate_request, headers=["Loaded request"], cases=[
+TABLE = StateTable(terminate_request, headers=["Loaded (or expected) request"], cases=[
     Case("missing", lambda rig: rig.request(2, RequestState.BATCHED), to(RequestState.LANDED),
          raises=NotFound, published=[]),
     # The repair republishes what was written: the stored version and reason.
@@ -116,12 +121,17 @@ TABLE = StateTable(terminate_request, headers=["Loaded request"], cases=[
              RequestState.LANDED), check=request_is(RequestState.LANDED, 4, "")),
     Case("otherwise", stale_read(RequestState.BATCHED), to(RequestState.LANDED),
          name="lost-race-writes-and-publishes-nothing", raises=VersionMismatch, published=[]),
+    *[Case("``expected`` no longer current", request_in(current),
+           {**to(RequestState.ERROR), "expected_version": 2},
+           name=f"{current.value}-classified-at-v2-is-not-overwritten", raises=VersionMismatch,
+           published=[], writes_nothing=True)
+      for current in (RequestState.BATCHED, RequestState.CANCELLING)],
 ])
 
 
 def test_every_documented_row_has_a_case() -> None:
     assert TABLE.rows() == ["missing", "already ``target``", "another terminal state",
-                            "otherwise"]
+                            "otherwise", "``expected`` no longer current"]
     assert TABLE.missing() == [] and TABLE.unknown() == []
 
 
