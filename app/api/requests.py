@@ -43,7 +43,6 @@ from app.api.schemas import (
     QueuesOut,
     RequestSummaryOut,
     SafeLine,
-    check_line,
 )
 from app.db.repos import request_log as repo
 from app.domain.entities import RequestLog
@@ -51,6 +50,7 @@ from app.domain.errors import ValidationError
 from app.domain.ids import request_id
 from app.domain.messages import CANCEL, CancelRequestMsg, log_id
 from app.domain.states import LogType, PublicStatus
+from app.domain.text import check_line
 
 log = logging.getLogger("submitqueue.api")
 

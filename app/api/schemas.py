@@ -11,42 +11,13 @@ string is a 422 ``invalid_request`` naming the field, before anything is written
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from app.domain.entities import RequestLog, RequestSummary
 from app.domain.states import LandStrategy, LogType
-
-_CONTROL = "\x00-\x08\x0b\x0c\x0e-\x1f\x7f"
-_NOT_IN_TEXT = re.compile(f"[{_CONTROL}\ud800-\udfff]")
-_NOT_IN_LINE = re.compile(f"[{_CONTROL}\t\n\r\ud800-\udfff]")
-
-
-def _refuse(pattern: re.Pattern[str], value: Any) -> Any:
-    if not isinstance(value, str):
-        return value  # the str schema reports the wrong type
-    bad = pattern.search(value)
-    if bad is None:
-        return value
-    code = ord(bad.group())
-    what = ("a lone surrogate" if 0xD800 <= code <= 0xDFFF
-            else "NUL" if code == 0 else "a control character")
-    raise ValueError(f"contains {what} (U+{code:04X}) at position {bad.start()}; "
-                     "send printable UTF-8 text")
-
-
-def check_text(value: Any) -> Any:
-    """``SafeText``'s rule: no NUL, lone surrogate or control character other than
-    tab, newline and carriage return."""
-    return _refuse(_NOT_IN_TEXT, value)
-
-
-def check_line(value: Any) -> Any:
-    """``SafeLine``'s rule: no NUL, lone surrogate or control character at all."""
-    return _refuse(_NOT_IN_LINE, value)
-
+from app.domain.text import check_line, check_text
 
 SafeText = Annotated[str, BeforeValidator(check_text)]
 SafeLine = Annotated[str, BeforeValidator(check_line)]
