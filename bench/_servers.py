@@ -225,7 +225,9 @@ async def request_any(cluster: Cluster, rng: random.Random, method: str, path: s
 
 
 async def create_pg_database(admin_dsn: str = PG_ADMIN_DSN, prefix: str = "sq_bench") -> str:
-    """CREATE a fresh, empty database; returns its SQLAlchemy URL (asyncpg driver)."""
+    """CREATE a fresh, empty database; returns its SQLAlchemy URL (asyncpg driver).
+    ``admin_dsn`` may be a plain ``postgresql://`` DSN or a SQLAlchemy URL."""
+    admin_dsn = pg_dsn(admin_dsn)
     name = f"{prefix}_{uuid.uuid4().hex[:10]}"
     conn = await asyncpg.connect(admin_dsn)
     try:
@@ -238,7 +240,7 @@ async def create_pg_database(admin_dsn: str = PG_ADMIN_DSN, prefix: str = "sq_be
 
 async def drop_pg_database(url: str, admin_dsn: str = PG_ADMIN_DSN) -> None:
     name = url.rsplit("/", 1)[1]
-    conn = await asyncpg.connect(admin_dsn)
+    conn = await asyncpg.connect(pg_dsn(admin_dsn))
     try:
         await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
