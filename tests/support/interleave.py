@@ -48,6 +48,7 @@ class Gate:
         self.entered = 0  # matching calls that started
         self.finished = 0  # matching calls that returned or raised
         self.paused = 0  # matching calls that reached the pause
+        self.calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []  # matching calls' args
         self.results: list[Any] = []
         self.errors: list[BaseException] = []
         self._released = asyncio.Event()
@@ -98,6 +99,7 @@ class Gate:
         if self.when is not None and not self.when(*args, **kwargs):
             return await original(*args, **kwargs)
         self.entered += 1
+        self.calls.append((args, dict(kwargs)))
         self._mark("enter")
         act = self.remaining > 0
         if act:
