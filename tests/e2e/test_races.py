@@ -26,10 +26,14 @@ import sqlalchemy as sa
 from app.controllers import cancel as cancel_module
 from app.controllers import conclude as conclude_module
 from app.controllers.cancel import CancelController
+from app.controllers.dependency_analysis import DependencyAnalysisController
 from app.controllers.dlq import Outcome, build_reconcilers, reconcilers
+from app.controllers.mergeconflictsignal import MergeConflictSignalController
 from app.controllers.mergesignal import MergeSignalController
+from app.controllers.speculate import SpeculateController
 from app.db import tables
 from app.db.repos import batches as batch_repo
+from app.db.repos import changes as change_repo
 from app.db.repos import requests as request_repo
 from app.domain import messages as m
 from app.domain.entities import Batch, LandRequest
@@ -39,7 +43,7 @@ from app.extensions.merger.fake import FakeMerger
 from app.queue import DLQ_SUFFIX, StoredMessage
 from tests.conftest import BACKENDS
 from tests.e2e.harness import TERMINAL, Server, change, serve
-from tests.support.interleave import hook
+from tests.support.interleave import Actor, hook
 
 pytestmark = [
     pytest.mark.parametrize("database_url", BACKENDS, indirect=True),
@@ -48,6 +52,9 @@ pytestmark = [
 
 ORCH = m.ORCHESTRATOR_GROUP
 QUEUE = "demo"
+# No periodic resync: a wake-up the code loses must show as a stuck request, not be
+# papered over by the next resync tick.
+QUIET = {"speculate_resync_ms": 0}
 
 
 # -- probes ----------------------------------------------------------------------------
@@ -106,6 +113,10 @@ async def settled(server: Server) -> bool:
     return True
 
 
+async def idle(server: Server, topic: str) -> bool:
+    return not await server.runtime.broker.list_messages(topic, limit=1)
+
+
 async def settle(server: Server) -> None:
     await until("every topic drained", lambda: settled(server))
 
@@ -146,7 +157,7 @@ async def test_a_dead_letter_about_a_merging_batch_leaves_it_to_its_merge(
     """A build poll (say of a cancelled sibling path) dead-letters while the batch's
     merge is about to push: the reconciler must leave the merging batch to its merge,
     else the change lands on trunk while the request ends ``error``."""
-    async with serve(database_url, tmp_path) as server:
+    async with serve(database_url, tmp_path, **QUIET) as server:
         pushing = hook(monkeypatch, FakeMerger, "merge", pause="entry")
         sqid = await server.land(change("landing", files="a/x.py"))
         await pushing.reached()
@@ -170,7 +181,7 @@ async def test_a_merge_dead_letter_after_the_merge_reported_leaves_the_outcome_t
     message dead-lettered (its ack was lost, the merger's remote went away). The
     reconciler's verdict must not overtake the merge's own result on its way to
     ``mergesignal``: the change is on trunk, so the request ends ``landed``."""
-    async with serve(database_url, tmp_path) as server:
+    async with serve(database_url, tmp_path, **QUIET) as server:
         recording = hook(monkeypatch, MergeSignalController, "process", pause="entry")
         merges = hook(monkeypatch, FakeMerger, "merge")
         sqid = await server.land(change("reported", files="a/x.py"))
@@ -186,3 +197,277 @@ async def test_a_merge_dead_letter_after_the_merge_reported_leaves_the_outcome_t
         await assert_one_terminal(server, sqid, "landed")
         assert (await the_batch(server, sqid)).state is BatchState.SUCCEEDED
         assert merges.entered == 1
+
+
+# -- cancel vs merge -------------------------------------------------------------------
+
+
+async def test_a_cancel_arriving_while_the_merge_pushes_loses_to_the_landing(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with serve(database_url, tmp_path, **QUIET) as server:
+        pushing = hook(monkeypatch, FakeMerger, "merge", pause="entry")
+        cancels = hook(monkeypatch, CancelController, "process")
+        sqid = await server.land(change("pushing", files="a/x.py"))
+        await pushing.reached()
+        assert (await server.cancel(sqid, "too late")).status_code == 202
+        await cancels.exited()
+        assert cancels.errors == []  # it wrote ``cancelling``; the merging batch owns it
+        assert (await request_row(server, sqid)).state is RequestState.CANCELLING
+        assert (await the_batch(server, sqid)).state is BatchState.MERGING
+        pushing.release()
+        await assert_one_terminal(server, sqid, "landed")
+        assert "cancelling" in await server.statuses(sqid)
+        assert pushing.entered == 1
+
+
+async def test_a_cancel_that_read_a_speculating_batch_loses_to_the_merge_decision(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cancel read the batch ``speculating``; before it writes ``cancelling``, speculate
+    decides to merge. The cancel's write loses (``VersionMismatch``), its retry finds
+    the batch ``merging`` (owned: nothing to do) and the change lands."""
+    async with serve(database_url, tmp_path, **QUIET) as server:
+        rt = server.runtime
+        await rt.broker.pause(ORCH, m.BUILD)
+        sqid = await server.land(change("decided", files="a/x.py"))
+        await until("speculating", lambda: batch_in(server, sqid, BatchState.SPECULATING))
+        reading = hook(monkeypatch, batch_repo, "for_request", pause="exit",
+                       when=lambda *a, **kw: kw["request_id"] == sqid)
+        cancels = hook(monkeypatch, CancelController, "process")
+        pushing = hook(monkeypatch, FakeMerger, "merge", pause="entry")
+        assert (await server.cancel(sqid)).status_code == 202
+        await reading.reached()
+        assert (await request_row(server, sqid)).state is RequestState.CANCELLING
+        await rt.broker.resume(ORCH, m.BUILD)
+        await pushing.reached()  # the build passed, speculate wrote ``merging``
+        assert (await the_batch(server, sqid)).state is BatchState.MERGING
+        reading.release()
+        await cancels.exited(2)
+        assert [type(e) for e in cancels.errors] == [VersionMismatch]
+        assert (await the_batch(server, sqid)).state is BatchState.MERGING
+        pushing.release()
+        await assert_one_terminal(server, sqid, "landed")
+        assert pushing.entered == 1
+
+
+async def test_a_merge_decision_from_a_snapshot_older_than_the_cancel_loses(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A speculate run read the passed build (it will decide to merge); a cancel makes
+    the batch ``cancelling`` first. The run's plan write loses, the retry finishes the
+    cancellation; nothing is merged."""
+    async with serve(database_url, tmp_path, **QUIET) as server:
+        rt = server.runtime
+        await rt.broker.pause(ORCH, m.BUILDSIGNAL)
+        merges = hook(monkeypatch, FakeMerger, "merge")
+        sqid = await server.land(change("undecided", files="a/x.py"))
+        batch = await until("speculating", lambda: batch_in(server, sqid,
+                                                             BatchState.SPECULATING))
+        await until("a build started", lambda: builds_of(server, batch.id))
+        await until("speculate idle", lambda: idle(server, m.SPECULATE))
+        snapshot = hook(monkeypatch, SpeculateController, "_snapshot", pause="exit")
+        runs = hook(monkeypatch, SpeculateController, "process")
+        await rt.broker.resume(ORCH, m.BUILDSIGNAL)  # the build passes; a run wakes
+        await snapshot.reached()
+        cancels = hook(monkeypatch, CancelController, "process")
+        assert (await server.cancel(sqid)).status_code == 202
+        await cancels.exited()
+        assert (await the_batch(server, sqid)).state is BatchState.CANCELLING
+        snapshot.release()
+        await assert_one_terminal(server, sqid, "cancelled")
+        assert isinstance(runs.errors[0], VersionMismatch), runs.errors
+        assert merges.entered == 0
+        assert (await the_batch(server, sqid)).state is BatchState.CANCELLED
+        assert "speculated" not in await server.statuses(sqid)
+
+
+# -- cancel vs dependency_analysis -----------------------------------------------------
+
+
+async def test_dependency_analysis_that_read_a_validated_request_loses_to_a_cancel(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with serve(database_url, tmp_path, **QUIET) as server:
+        rt = server.runtime
+        await rt.broker.pause(ORCH, m.DEPENDENCY_ANALYSIS)
+        sqid = await server.land(change("enrolled", files="a/x.py"))
+        await server.wait_status(sqid, {"batching"})
+        reading = hook(monkeypatch, change_repo, "details_for", pause="exit",
+                       when=lambda *a, **kw: sqid in kw["request_ids"])
+        enrolling = hook(monkeypatch, DependencyAnalysisController, "process")
+        await rt.broker.resume(ORCH, m.DEPENDENCY_ANALYSIS)
+        await reading.reached()  # DA read its member ``validated``
+        cancels = hook(monkeypatch, CancelController, "process")
+        assert (await server.cancel(sqid)).status_code == 202
+        await cancels.exited()  # no batch owns it yet: cancelled at once
+        assert (await request_row(server, sqid)).state is RequestState.CANCELLED
+        reading.release()
+        await enrolling.exited(2)  # the claim lost; the retry abandons the batch
+        assert [type(e) for e in enrolling.errors] == [VersionMismatch]
+        await assert_one_terminal(server, sqid, "cancelled")
+        assert (await the_batch(server, sqid)).state is BatchState.CREATING  # inert
+        assert "batched" not in await server.statuses(sqid)
+
+
+async def test_a_cancel_that_read_a_validated_request_loses_to_dependency_analysis(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cancel read the request ``validated``; dependency_analysis claims it (``batched``)
+    first. The cancel's write loses; its retry takes the batch instead."""
+    async with serve(database_url, tmp_path, **QUIET) as server:
+        rt = server.runtime
+        await rt.broker.pause(ORCH, m.DEPENDENCY_ANALYSIS)
+        await rt.broker.pause(ORCH, m.BUILD)
+        merges = hook(monkeypatch, FakeMerger, "merge")
+        sqid = await server.land(change("claimed", files="a/x.py"))
+        await server.wait_status(sqid, {"batching"})
+        reading = hook(monkeypatch, cancel_module, "load_request", pause="exit")
+        cancels = hook(monkeypatch, CancelController, "process")
+        assert (await server.cancel(sqid)).status_code == 202
+        await reading.reached()
+        await rt.broker.resume(ORCH, m.DEPENDENCY_ANALYSIS)
+        await until("claimed", lambda: request_in(server, sqid, RequestState.BATCHED))
+        reading.release()
+        await cancels.exited(2)
+        assert [type(e) for e in cancels.errors] == [VersionMismatch]
+        await until("the batch cancelled",
+                    lambda: batch_in(server, sqid, BatchState.CANCELLED))
+        await rt.broker.resume(ORCH, m.BUILD)  # its builds are for a halted batch: none
+        await assert_one_terminal(server, sqid, "cancelled")
+        assert merges.entered == 0
+        assert await builds_of(server, (await the_batch(server, sqid)).id) == []
+
+
+# -- cancel vs speculate admitting the batch ---------------------------------------------
+
+
+async def test_an_admission_that_read_a_created_batch_loses_to_a_cancel(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with serve(database_url, tmp_path, **QUIET) as server:
+        rt = server.runtime
+        await rt.broker.pause(ORCH, m.SPECULATE)
+        merges = hook(monkeypatch, FakeMerger, "merge")
+        sqid = await server.land(change("admitted", files="a/x.py"))
+        await until("created", lambda: batch_in(server, sqid, BatchState.CREATED))
+        admitting = hook(monkeypatch, SpeculateController, "_admit", pause="entry")
+        runs = hook(monkeypatch, SpeculateController, "process")
+        await rt.broker.resume(ORCH, m.SPECULATE)
+        await admitting.reached()
+        cancels = hook(monkeypatch, CancelController, "process")
+        assert (await server.cancel(sqid)).status_code == 202
+        await cancels.exited()
+        assert (await the_batch(server, sqid)).state is BatchState.CANCELLING
+        admitting.release()
+        await assert_one_terminal(server, sqid, "cancelled")
+        assert isinstance(runs.errors[0], VersionMismatch), runs.errors
+        batch = await the_batch(server, sqid)
+        assert batch.state is BatchState.CANCELLED
+        assert await builds_of(server, batch.id) == []  # never funded, never built
+        assert merges.entered == 0
+
+
+async def test_a_cancel_that_read_a_created_batch_loses_to_its_admission(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with serve(database_url, tmp_path, **QUIET) as server:
+        rt = server.runtime
+        await rt.broker.pause(ORCH, m.SPECULATE)
+        await rt.broker.pause(ORCH, m.BUILD)
+        merges = hook(monkeypatch, FakeMerger, "merge")
+        sqid = await server.land(change("admitted", files="a/x.py"))
+        await until("created", lambda: batch_in(server, sqid, BatchState.CREATED))
+        reading = hook(monkeypatch, batch_repo, "for_request", pause="exit",
+                       when=lambda *a, **kw: kw["request_id"] == sqid)
+        cancels = hook(monkeypatch, CancelController, "process")
+        assert (await server.cancel(sqid)).status_code == 202
+        await reading.reached()  # cancel read the batch ``created``
+        await rt.broker.resume(ORCH, m.SPECULATE)
+        await until("admitted", lambda: batch_in(server, sqid, BatchState.SPECULATING))
+        reading.release()
+        await cancels.exited(2)
+        assert [type(e) for e in cancels.errors] == [VersionMismatch]
+        await until("the batch cancelled",
+                    lambda: batch_in(server, sqid, BatchState.CANCELLED))
+        await rt.broker.resume(ORCH, m.BUILD)
+        await assert_one_terminal(server, sqid, "cancelled")
+        assert merges.entered == 0
+
+
+# -- cancel vs mergeconflictsignal -----------------------------------------------------
+
+
+async def test_a_validated_write_from_a_read_older_than_the_cancel_loses(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with serve(database_url, tmp_path, **QUIET) as server:
+        rt = server.runtime
+        await rt.broker.pause(ORCH, m.MERGECONFLICTSIGNAL)
+        sqid = await server.land(change("checked", files="a/x.py"))
+        await until("the check reported",
+                    lambda: rt.broker.list_messages(m.MERGECONFLICTSIGNAL, limit=1))
+        reading = hook(monkeypatch, request_repo, "get", pause="exit",
+                       when=lambda *a, **kw: kw["id"] == sqid)
+        signals = hook(monkeypatch, MergeConflictSignalController, "process")
+        await rt.broker.resume(ORCH, m.MERGECONFLICTSIGNAL)
+        await reading.reached()  # it read ``started``
+        cancels = hook(monkeypatch, CancelController, "process")
+        assert (await server.cancel(sqid)).status_code == 202
+        await cancels.exited()
+        reading.release()
+        await signals.exited(2)  # ``validated`` lost; the retry finds it halted and acks
+        assert [type(e) for e in signals.errors] == [VersionMismatch]
+        await assert_one_terminal(server, sqid, "cancelled")
+        assert "validated" not in await server.statuses(sqid)
+        async with rt.db.read() as s:
+            assert await batch_repo.for_request(s, queue=QUEUE, request_id=sqid) == []
+
+
+# -- the request DLQ vs cancel ----------------------------------------------------------
+
+
+async def test_a_request_dead_letter_that_read_a_live_request_loses_to_a_cancel(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with serve(database_url, tmp_path, **QUIET) as server:
+        rt = server.runtime
+        await rt.broker.pause(ORCH, m.BATCH)
+        sqid = await server.land(change("dead", files="a/x.py"))
+        await server.wait_status(sqid, {"validated"})
+        dlq = Actor("dlq")
+        failing = hook(monkeypatch, reconcilers, "terminate_request", pause="entry", when=dlq)
+        task = dlq.start(reconcile(server, m.BATCH, sqid))
+        await failing.reached()  # classified: validated, no batch owns it
+        cancels = hook(monkeypatch, CancelController, "process")
+        assert (await server.cancel(sqid)).status_code == 202
+        await cancels.exited()
+        failing.release()
+        with pytest.raises(VersionMismatch):
+            await task
+        again = await reconcile(server, m.BATCH, sqid)
+        assert (again.action, again.changed) == ("left", False), again
+        await rt.broker.resume(ORCH, m.BATCH)
+        await assert_one_terminal(server, sqid, "cancelled")
+
+
+async def test_a_cancel_that_wrote_cancelling_loses_to_a_request_dead_letter(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reconciler ends a ``cancelling`` request ``error`` (its table says so); a
+    cancel that had written ``cancelling`` finds it terminal and leaves it."""
+    async with serve(database_url, tmp_path, **QUIET) as server:
+        rt = server.runtime
+        await rt.broker.pause(ORCH, m.BATCH)
+        sqid = await server.land(change("dead", files="a/x.py"))
+        await server.wait_status(sqid, {"validated"})
+        ending = hook(monkeypatch, cancel_module, "terminate_request", pause="entry")
+        assert (await server.cancel(sqid)).status_code == 202
+        await ending.reached()  # cancelling written, no batch owns it
+        outcome = await reconcile(server, m.BATCH, sqid)
+        assert (outcome.action, outcome.changed) == ("terminated", True), outcome
+        ending.release()
+        await ending.exited()
+        assert ending.results == ["diverged"]
+        await rt.broker.resume(ORCH, m.BATCH)
+        await assert_one_terminal(server, sqid, "error")
