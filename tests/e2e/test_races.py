@@ -25,6 +25,7 @@ import sqlalchemy as sa
 
 from app.controllers import cancel as cancel_module
 from app.controllers import conclude as conclude_module
+from app.controllers import start as start_module
 from app.controllers.cancel import CancelController
 from app.controllers.dependency_analysis import DependencyAnalysisController
 from app.controllers.dlq import Outcome, build_reconcilers, reconcilers
@@ -471,3 +472,205 @@ async def test_a_cancel_that_wrote_cancelling_loses_to_a_request_dead_letter(
         assert ending.results == ["diverged"]
         await rt.broker.resume(ORCH, m.BATCH)
         await assert_one_terminal(server, sqid, "error")
+
+
+# -- conclude vs the request DLQ -----------------------------------------------------------
+
+
+async def test_a_request_dead_letter_that_read_a_failed_batch_loses_to_conclude(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both write ``error``; the one that classified first but wrote second loses its
+    conditional write and its retry only repairs the log: one ``error``, with the
+    batch's reason."""
+    async with serve(database_url, tmp_path, **QUIET) as server:
+        rt = server.runtime
+        await rt.broker.pause(ORCH, m.CONCLUDE)
+        sqid = await server.land(change("broken", files="a/x.py", fake="build-fail"))
+        await until("failed", lambda: batch_in(server, sqid, BatchState.FAILED))
+        dlq = Actor("dlq")
+        failing = hook(monkeypatch, reconcilers, "terminate_request", pause="entry", when=dlq)
+        task = dlq.start(reconcile(server, m.VALIDATE, sqid))
+        await failing.reached()  # the failed batch does not own it: it will write error
+        await rt.broker.resume(ORCH, m.CONCLUDE)
+        await until("concluded", lambda: request_in(server, sqid, RequestState.ERROR))
+        failing.release()
+        with pytest.raises(VersionMismatch):
+            await task
+        again = await reconcile(server, m.VALIDATE, sqid)
+        assert (again.action, again.changed) == ("repaired", False), again
+        await assert_one_terminal(server, sqid, "error")
+        last_error = (await server.summary(sqid))["last_error"]
+        assert "dead-lettered" not in last_error and "no speculation path" in last_error
+
+
+async def test_a_request_dead_letter_while_conclude_lands_it_is_left_to_the_batch(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with serve(database_url, tmp_path, **QUIET) as server:
+        landing = hook(monkeypatch, conclude_module, "terminate_request", pause="entry")
+        sqid = await server.land(change("concluding", files="a/x.py"))
+        await landing.reached()  # conclude read the batch ``succeeded``
+        assert (await request_row(server, sqid)).state is RequestState.BATCHED
+        outcome = await reconcile(server, m.VALIDATE, sqid)
+        assert (outcome.action, outcome.changed) == ("owned_by_batch", False), outcome
+        landing.release()
+        await assert_one_terminal(server, sqid, "landed")
+
+
+# -- mergesignal vs the speculate DLQ --------------------------------------------------
+
+
+def culprit(batch_id: str) -> dict[str, Any]:
+    """The failure detail of a speculate dead letter whose plan was rejected because of
+    ``batch_id``."""
+    return {"retryable": False, "subjects": [
+        {"type": "batch", "id": batch_id, "reason": "injected: plan rejected"}]}
+
+
+async def test_a_speculate_dead_letter_about_a_merging_batch_leaves_it_to_its_merge(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with serve(database_url, tmp_path, **QUIET) as server:
+        pushing = hook(monkeypatch, FakeMerger, "merge", pause="entry")
+        sqid = await server.land(change("culprit", files="a/x.py"))
+        await pushing.reached()
+        batch = await the_batch(server, sqid)
+        outcome = await reconcile(server, m.SPECULATE, batch.id, detail=culprit(batch.id))
+        assert (outcome.action, outcome.changed) == ("left", False), outcome
+        pushing.release()
+        await assert_one_terminal(server, sqid, "landed")
+        assert pushing.entered == 1
+
+
+async def test_a_speculate_dead_letter_that_read_a_speculating_batch_loses_to_mergesignal(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reconciler read its culprit ``speculating``; meanwhile the batch merges and
+    ``mergesignal`` writes ``succeeded``. Its ``failed`` write loses; its retry leaves
+    the landed batch alone."""
+    async with serve(database_url, tmp_path, **QUIET) as server:
+        rt = server.runtime
+        await rt.broker.pause(ORCH, m.BUILD)
+        sqid = await server.land(change("culprit", files="a/x.py"))
+        batch = await until("speculating", lambda: batch_in(server, sqid,
+                                                             BatchState.SPECULATING))
+        dlq = Actor("dlq")
+        reading = hook(monkeypatch, batch_repo, "get", pause="exit", when=dlq)
+        task = dlq.start(reconcile(server, m.SPECULATE, batch.id, detail=culprit(batch.id)))
+        await reading.reached()
+        await rt.broker.resume(ORCH, m.BUILD)
+        await until("succeeded", lambda: batch_in(server, sqid, BatchState.SUCCEEDED))
+        reading.release()
+        with pytest.raises(VersionMismatch):
+            await task
+        again = await reconcile(server, m.SPECULATE, batch.id, detail=culprit(batch.id))
+        assert (again.action, again.changed) == ("left", False), again
+        await assert_one_terminal(server, sqid, "landed")
+
+
+async def test_a_merge_decision_from_a_snapshot_older_than_a_batch_dead_letter_loses(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build dead letter fails a ``speculating`` batch while a run that read its passed
+    build is about to write ``merging``: the run loses and re-plans without it."""
+    async with serve(database_url, tmp_path, **QUIET) as server:
+        rt = server.runtime
+        await rt.broker.pause(ORCH, m.BUILDSIGNAL)
+        merges = hook(monkeypatch, FakeMerger, "merge")
+        sqid = await server.land(change("dead", files="a/x.py"))
+        batch = await until("speculating", lambda: batch_in(server, sqid,
+                                                             BatchState.SPECULATING))
+        await until("a build started", lambda: builds_of(server, batch.id))
+        await until("speculate idle", lambda: idle(server, m.SPECULATE))
+        snapshot = hook(monkeypatch, SpeculateController, "_snapshot", pause="exit")
+        runs = hook(monkeypatch, SpeculateController, "process")
+        await rt.broker.resume(ORCH, m.BUILDSIGNAL)
+        await snapshot.reached()
+        outcome = await reconcile(server, m.BUILD, batch.id)
+        assert (outcome.action, outcome.changed) == ("failed", True), outcome
+        snapshot.release()
+        await assert_one_terminal(server, sqid, "error")
+        assert isinstance(runs.errors[0], VersionMismatch), runs.errors
+        assert merges.entered == 0
+        assert "dead-lettered from build" in (await server.summary(sqid))["last_error"]
+
+
+# -- speculate vs what wakes it: buildsignal, dependency_analysis ------------------------
+
+
+async def test_a_build_result_recorded_while_a_run_is_between_snapshot_and_write(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run writes from a snapshot that misses the result (the path stays
+    ``building``); the result's wake-up was published after the run's mark, so it is
+    not coalesced away: the next run sees the result and the change lands (no resync
+    here to hide a lost wake-up)."""
+    async with serve(database_url, tmp_path, **QUIET) as server:
+        rt = server.runtime
+        await rt.broker.pause(ORCH, m.BUILDSIGNAL)
+        sqid = await server.land(change("signalled", files="a/x.py"))
+        batch = await until("speculating", lambda: batch_in(server, sqid,
+                                                             BatchState.SPECULATING))
+        (build,) = await until("a build started", lambda: builds_of(server, batch.id))
+        await until("speculate idle", lambda: idle(server, m.SPECULATE))
+        snapshot = hook(monkeypatch, SpeculateController, "_snapshot", pause="exit")
+        runs = hook(monkeypatch, SpeculateController, "_run")
+        await rt.broker.publish(m.SPECULATE, {"id": batch.id, "queue": QUEUE},
+                                partition_key=QUEUE, message_id=f"{batch.id}/poke")
+        await snapshot.reached()  # the build is ``accepted`` in this snapshot
+        await rt.broker.resume(ORCH, m.BUILDSIGNAL)
+        wake = f"{batch.id}/build-signal/{build}/succeeded"
+        await until("the result's wake-up", lambda: rt.broker.find_messages(m.SPECULATE, wake))
+        snapshot.release()
+        await assert_one_terminal(server, sqid, "landed")
+        assert runs.entered >= 2 and runs.errors == []
+
+
+async def test_a_batch_created_while_a_run_is_between_snapshot_and_write(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with serve(database_url, tmp_path, **QUIET) as server:
+        rt = server.runtime
+        await rt.broker.pause(ORCH, m.BUILD)
+        first = await server.land(change("first", files="a/x.py"))
+        batch = await until("speculating", lambda: batch_in(server, first,
+                                                             BatchState.SPECULATING))
+        await until("speculate idle", lambda: idle(server, m.SPECULATE))
+        snapshot = hook(monkeypatch, SpeculateController, "_snapshot", pause="exit")
+        await rt.broker.publish(m.SPECULATE, {"id": batch.id, "queue": QUEUE},
+                                partition_key=QUEUE, message_id=f"{batch.id}/poke")
+        await snapshot.reached()
+        second = await server.land(change("second", files="b/x.py"))
+        await until("created", lambda: batch_in(server, second, BatchState.CREATED))
+        snapshot.release()
+        await rt.broker.resume(ORCH, m.BUILD)
+        await assert_one_terminal(server, first, "landed")
+        await assert_one_terminal(server, second, "landed")
+
+
+# -- start vs the start DLQ --------------------------------------------------------------
+
+
+async def test_a_start_that_read_no_row_loses_to_the_start_dead_letter(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A (stale) start found no row; the start DLQ reconciler records the request
+    ``error`` first. The start's create finds the row: it must take that row as it is
+    (terminal: re-publish its log, ack), not go on to log ``started`` after ``error``."""
+    async with serve(database_url, tmp_path, **QUIET) as server:
+        rt = server.runtime
+        reading = hook(monkeypatch, start_module, "load_request", pause="exit")
+        validating = hook(monkeypatch, rt.deps, "publish", times=0,
+                          when=lambda topic, *a, **kw: topic == m.VALIDATE)
+        sqid = await server.land(change("tombstone", files="a/x.py"))
+        await reading.reached()  # no row yet
+        outcome = await reconcile(server, m.START, sqid)
+        assert (outcome.action, outcome.changed) == ("terminated", True), outcome
+        reading.release()
+        await reading.exited()
+        await assert_one_terminal(server, sqid, "error")
+        assert "started" not in await server.statuses(sqid)
+        assert validating.entered == 0
+        req = await request_row(server, sqid)
+        assert (req.state, req.version) == (RequestState.ERROR, 1)
