@@ -32,6 +32,7 @@ from app.controllers.dlq import Outcome, build_reconcilers, reconcilers
 from app.controllers.mergeconflictsignal import MergeConflictSignalController
 from app.controllers.mergesignal import MergeSignalController
 from app.controllers.speculate import SpeculateController
+from app.controllers.validate import ValidateController
 from app.db import tables
 from app.db.repos import batches as batch_repo
 from app.db.repos import changes as change_repo
@@ -674,3 +675,45 @@ async def test_a_start_that_read_no_row_loses_to_the_start_dead_letter(
         assert validating.entered == 0
         req = await request_row(server, sqid)
         assert (req.state, req.version) == (RequestState.ERROR, 1)
+
+
+# -- land vs land of the same change -----------------------------------------------------
+
+
+async def test_two_lands_of_one_change_land_it_once(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second land of a change arrives while the first one's validation is between
+    its duplicate check and its claim. Validation is serial per queue, so the second
+    waits for the first and finds its claim (or, where the gateway claims changes at
+    acceptance, the second is refused there): the change lands once."""
+    async with serve(database_url, tmp_path, **QUIET) as server:
+        uri = change("twice", files="a/x.py")
+        merges = hook(monkeypatch, FakeMerger, "merge")
+        checking = hook(monkeypatch, ValidateController, "_duplicate_of", pause="exit")
+        trace: list[tuple[str, str]] = []
+        for n in (1, 2):
+            hook(monkeypatch, ValidateController, "process", times=0, trace=trace,
+                 label=f"{QUEUE}/{n}", when=lambda _c, d, n=n: d.payload["id"] == f"{QUEUE}/{n}")
+        first = await server.land(uri)
+        assert first == f"{QUEUE}/1"
+        await checking.reached()  # no other claimant: it is about to claim
+        r = await server.client.post(f"/api/v1/queues/{QUEUE}/requests",
+                                     json={"change_uris": [uri]})
+        checking.release()
+        assert await server.wait_terminal(first) == "landed"
+        if r.status_code == 202:
+            second = r.json()["sqid"]
+            assert await server.wait_terminal(second) == "error"
+            assert f"duplicate of in-flight request {first}" in \
+                (await server.summary(second))["last_error"]
+            await assert_one_terminal(server, second, "error")
+            # the second validation began only after the first one returned
+            assert trace.index((second, "enter")) > trace.index((first, "return")), trace
+        else:
+            assert r.status_code == 409, r.text
+            assert first in r.text
+        await assert_one_terminal(server, first, "landed")
+        landed = [u for call in merges.calls for step in call[0][1].steps
+                  for u in step.change_uris]
+        assert landed == [uri]
