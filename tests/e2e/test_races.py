@@ -26,6 +26,7 @@ import sqlalchemy as sa
 from app.controllers import cancel as cancel_module
 from app.controllers import conclude as conclude_module
 from app.controllers import start as start_module
+from app.controllers.build import BuildController
 from app.controllers.cancel import CancelController
 from app.controllers.dependency_analysis import DependencyAnalysisController
 from app.controllers.dlq import Outcome, build_reconcilers, reconcilers
@@ -37,10 +38,12 @@ from app.db import tables
 from app.db.repos import batches as batch_repo
 from app.db.repos import changes as change_repo
 from app.db.repos import requests as request_repo
+from app.db.repos import speculation as spec_repo
 from app.domain import messages as m
 from app.domain.entities import Batch, LandRequest
 from app.domain.errors import VersionMismatch
 from app.domain.states import BatchState, RequestState
+from app.extensions.builds.fake import FakeBuildRunner
 from app.extensions.merger.fake import FakeMerger
 from app.queue import DLQ_SUFFIX, StoredMessage
 from tests.conftest import BACKENDS
@@ -717,3 +720,104 @@ async def test_two_lands_of_one_change_land_it_once(
         landed = [u for call in merges.calls for step in call[0][1].steps
                   for u in step.change_uris]
         assert landed == [uri]
+
+
+# -- one controller twice on one message (a stale holder beside its successor) ----------
+
+
+class Handed:
+    """A delivery as a controller sees it, for running one directly (a second holder)."""
+
+    def __init__(self, payload: dict[str, Any]) -> None:
+        self.payload = payload
+        self.attempt = 1
+        self.message = type("Message", (), {"published_at_ms": 0, "seq": 10**12})()
+
+    async def ensure_held(self) -> None:
+        return None  # both holders believe they hold it: the race the link decides
+
+
+async def test_two_dependency_analysis_runs_of_one_batch_claim_it_once(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with serve(database_url, tmp_path, **QUIET) as server:
+        rt = server.runtime
+        await rt.broker.pause(ORCH, m.DEPENDENCY_ANALYSIS)
+        sqid = await server.land(change("twice", files="a/x.py"))
+        await server.wait_status(sqid, {"batching"})
+        batch = await the_batch(server, sqid)
+        reading = hook(monkeypatch, change_repo, "details_for", pause="exit",
+                       when=lambda *a, **kw: sqid in kw["request_ids"])
+        payload = {"id": batch.id, "queue": QUEUE}
+        stale = asyncio.create_task(DependencyAnalysisController(rt.deps).process(
+            Handed(payload)))
+        await reading.reached()
+        await DependencyAnalysisController(rt.deps).process(Handed(payload))
+        assert (await request_row(server, sqid)).state is RequestState.BATCHED
+        reading.release()
+        with pytest.raises(VersionMismatch):
+            await stale
+        await DependencyAnalysisController(rt.deps).process(Handed(payload))  # its retry
+        await rt.broker.resume(ORCH, m.DEPENDENCY_ANALYSIS)
+        await assert_one_terminal(server, sqid, "landed")
+        assert (await request_row(server, sqid)).version == 4  # started, validated, batched, landed
+        assert (await server.statuses(sqid)).count("batched") == 1
+
+
+async def test_two_cancel_runs_of_one_request_take_its_batch_once(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with serve(database_url, tmp_path, **QUIET) as server:
+        rt = server.runtime
+        await rt.broker.pause(ORCH, m.SPECULATE)
+        await rt.broker.pause(ORCH, m.CANCEL)
+        sqid = await server.land(change("twice", files="a/x.py"))
+        await until("created", lambda: batch_in(server, sqid, BatchState.CREATED))
+        assert (await server.cancel(sqid)).status_code == 202
+        reading = hook(monkeypatch, batch_repo, "for_request", pause="exit",
+                       when=lambda *a, **kw: kw["request_id"] == sqid)
+        payload = {"id": sqid, "queue": QUEUE, "reason": "twice"}
+        stale = asyncio.create_task(CancelController(rt.deps).process(Handed(payload)))
+        await reading.reached()  # request ``cancelling`` written; batch read ``created``
+        await CancelController(rt.deps).process(Handed(payload))
+        assert (await the_batch(server, sqid)).state is BatchState.CANCELLING
+        reading.release()
+        with pytest.raises(VersionMismatch):
+            await stale
+        await CancelController(rt.deps).process(Handed(payload))  # its retry: no write
+        await rt.broker.resume(ORCH, m.CANCEL)
+        await rt.broker.resume(ORCH, m.SPECULATE)
+        await assert_one_terminal(server, sqid, "cancelled")
+        assert (await the_batch(server, sqid)).state is BatchState.CANCELLED
+
+
+async def test_two_build_runs_that_both_trigger_keep_the_build_that_linked_first(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both passed their lease check; the stale one triggers after its successor linked
+    its build. The write-once link decides: the stale build is signalled, found
+    unwanted and cancelled; the path goes on with the linked one."""
+    async with serve(database_url, tmp_path, **QUIET) as server:
+        rt = server.runtime
+        await rt.broker.pause(ORCH, m.BUILD)
+        sqid = await server.land(change("linked", files="a/x.py", build_ms=1500))
+        (msg,) = await until("a build dispatched",
+                             lambda: rt.broker.list_messages(m.BUILD, limit=1))
+        triggering = hook(monkeypatch, FakeBuildRunner, "trigger", pause="entry")
+        cancels = hook(monkeypatch, FakeBuildRunner, "cancel")
+        stale = asyncio.create_task(BuildController(rt.deps).process(Handed(msg.payload)))
+        await triggering.reached()
+        await BuildController(rt.deps).process(Handed(msg.payload))
+        triggering.release()
+        await stale
+        async with rt.db.read() as s:
+            held = await spec_repo.get_link(s, queue=QUEUE, path_id=msg.payload["path_id"],
+                                            attempt=msg.payload["attempt"])
+        winner, loser = triggering.results  # the successor's trigger returned first
+        assert held == winner != loser
+        await rt.broker.resume(ORCH, m.BUILD)
+        await assert_one_terminal(server, sqid, "landed")
+        assert [c[0][1] for c in cancels.calls] == [loser]
+        async with rt.db.read() as s:
+            lost = await spec_repo.get_build(s, queue=QUEUE, id=loser)
+        assert lost.status.value == "cancelled"
