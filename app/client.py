@@ -177,12 +177,15 @@ class GatewayClient:
             raise BadResponse(f"unexpected queue list from the server: {exc!r}") from None
 
     async def land(self, queue: str, change_uris: Sequence[str],
-                   strategy: str | None = None) -> str:
-        """Submit a stack of changes; the new request's sqid."""
+                   strategy: str | None = None, idempotency_key: str | None = None) -> str:
+        """Submit a stack of changes; the new request's sqid. With ``idempotency_key``
+        a resend (after a lost answer) returns the first sqid instead of a 409."""
         payload: dict[str, Any] = {"change_uris": list(change_uris)}
         if strategy:
             payload["strategy"] = strategy
-        body = await self._call("POST", f"/api/v1/queues/{queue}/requests", json=payload)
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        body = await self._call("POST", f"/api/v1/queues/{queue}/requests", json=payload,
+                                headers=headers)
         try:
             return str(body["sqid"])
         except (KeyError, TypeError):

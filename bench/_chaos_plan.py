@@ -43,7 +43,7 @@ class Change:
     sha: str = ""
     uri: str = ""
     sqid: str | None = None
-    blind: bool = False            # the server died before answering; found by its URI
+    blind: bool = False            # the answer was lost; the resend (same key) replayed it
     cancel_answer: str | None = None
 
     @property

@@ -133,7 +133,7 @@ class ChaosResult:
     wall_s: float = 0.0
     cancel_requested: int = 0
     answers_lost: int = 0      # land POSTs whose answer a kill swallowed
-    resubmitted: int = 0       # ... of which a look-up by URI found nothing: sent again
+    resubmitted: int = 0       # ... sent again with the same Idempotency-Key
     queue: dict[str, int] = field(default_factory=dict)
     dead_letters: list[str] = field(default_factory=list)
     kill_log: list[Kill] = field(default_factory=list)
@@ -210,36 +210,33 @@ class ChaosRun:
         await asyncio.gather(*cancels)
 
     async def _submit(self, client: httpx.AsyncClient, change: Change) -> None:
-        """POST the land request; when the answer is lost (the server died under it),
-        look the change up by its URI before trying again, so it is never sent twice."""
+        """POST the land request with an ``Idempotency-Key``; when the answer is lost (the
+        server died under it), send it again with the same key: the gateway answers
+        with the first sqid if the first attempt was stored, so it is never landed twice."""
         body = {"change_uris": [change.uri]}
+        headers = {"Idempotency-Key": f"chaos-{self.cfg.seed}-{change.branch}"}
+        lost = False
         while True:
             server = await self.cluster.pick(self.rng)
             try:
-                r = await client.post(f"{server.url}/api/v1/queues/{QUEUE}/requests", json=body)
+                r = await client.post(f"{server.url}/api/v1/queues/{QUEUE}/requests",
+                                      json=body, headers=headers)
             except httpx.TransportError:
                 self.result.answers_lost += 1
                 quiet_until = time.monotonic() + 10
                 while server.alive and time.monotonic() < quiet_until:
                     await asyncio.sleep(0.05)  # a dead server's silence means "stored or not"
-                found = await self._lookup(client, change.uri)
-                if found:
-                    change.sqid, change.blind = found[-1], True
-                    return
-                self.result.resubmitted += 1
+                if not lost:
+                    self.result.resubmitted += 1
+                lost = True
                 continue
             if r.status_code == 202:
                 change.sqid = r.json()["sqid"]
+                change.blind = lost and r.headers.get("idempotent-replayed") == "true"
                 return
             if r.status_code != 503:
                 raise RuntimeError(f"land {change.uri}: {r.status_code} {r.text}")
             await asyncio.sleep(0.1)
-
-    async def _lookup(self, client: httpx.AsyncClient, uri: str) -> list[str]:
-        r = await request_any(self.cluster, self.rng, "GET", f"/api/v1/queues/{QUEUE}/requests",
-                              client, params={"change_uri": uri, "limit": 200})
-        r.raise_for_status()
-        return sorted((i["sqid"] for i in r.json()["items"]), key=lambda s: int(s.split("/")[1]))
 
     async def _cancel(self, client: httpx.AsyncClient, change: Change) -> None:
         assert change.sqid is not None and change.cancel_after_s is not None

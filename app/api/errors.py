@@ -6,6 +6,7 @@
 | ``NotFound`` | 404 | ``not_found`` |
 | ``ValidationError`` | 400 | ``validation_error`` |
 | ``AlreadyExists`` / ``InvalidState`` / ``VersionMismatch`` | 409 | their ``code`` |
+| ``IdempotencyKeyReused`` | 422 | ``idempotency_key_reused`` |
 | queue ``UnknownTopic``, ``MessageNotFound`` | 404 | ``not_found`` |
 | queue ``NotDeadLettered`` / ``PayloadTooLarge`` / ``InvalidPayload`` | 409 / 413 / 400 | |
 | ``Busy`` (the SQLite write lock stayed taken too long), queue ``QueueBusy`` | 503 | ``busy`` |
@@ -37,6 +38,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from app.domain.errors import (
     AlreadyExists,
     Busy,
+    IdempotencyKeyReused,
     InvalidState,
     NotFound,
     SubmitQueueError,
@@ -76,6 +78,7 @@ _DOMAIN_STATUS: tuple[tuple[type[SubmitQueueError], int], ...] = (
     (InvalidState, 409),
     (VersionMismatch, 409),
     (Busy, 503),
+    (IdempotencyKeyReused, 422),
     (ServiceUnavailable, 503),
 )
 

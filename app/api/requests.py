@@ -7,11 +7,14 @@ The gateway is the sole writer of the request log and its projections. It writes
 reaches the orchestrator through the ``start`` and ``cancel`` topics.
 
 Land, in order: unknown queue -> 404 (before an id is minted); invalid stack ->
-400; mint the sqid and store the summary ``accepting`` with its change-URI
-mappings (one transaction); publish ``start`` (a failure -> 503 and the receipt
-stays invisible); persist ``accepted`` (a failure is only logged: the request is
-already in the pipeline, and ``start`` logs ``accepted`` too, under the same log id,
-so a gateway that dies between the publish and this write loses nothing).
+400; in one transaction mint the sqid, bind the ``Idempotency-Key`` (a replay -> the
+first sqid), claim every change (one held by a live or landed request -> 409 naming
+it) and store the summary ``accepting`` with its change-URI mappings; publish
+``start`` (a failure -> 503, the receipt stays invisible and gives its claims back);
+persist ``accepted`` (a failure is only logged: the request is already in the
+pipeline, and ``start`` logs ``accepted`` too, under the same log id, so a gateway
+that dies between the publish and this write loses nothing). The details are in
+``app/api/landing.py``.
 """
 
 from __future__ import annotations
@@ -22,8 +25,9 @@ import json
 import logging
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Header, Path, Query, Response
 
+from app.api import landing
 from app.api.deps import RuntimeDep, now_ms, queue_config
 from app.api.errors import ServiceUnavailable
 from app.api.schemas import (
@@ -39,20 +43,17 @@ from app.api.schemas import (
     QueuesOut,
     RequestSummaryOut,
     SafeLine,
-    check_line,
 )
-from app.db.repos import counters
 from app.db.repos import request_log as repo
-from app.domain.change_uri import validate_stack
 from app.domain.entities import RequestLog
 from app.domain.errors import ValidationError
 from app.domain.ids import request_id
-from app.domain.messages import CANCEL, START, CancelRequestMsg, LandRequestMsg, log_id
+from app.domain.messages import CANCEL, CancelRequestMsg, log_id
 from app.domain.states import LogType, PublicStatus
+from app.domain.text import check_line
 
 log = logging.getLogger("submitqueue.api")
 
-REQUEST_DOMAIN = "request"
 VISIBLE_STATUSES = tuple(s.value for s in PublicStatus if s is not PublicStatus.ACCEPTING)
 _TERMINAL = frozenset(s.value for s in PublicStatus if s.terminal)
 _ERRORS: dict[int | str, dict[str, Any]] = {
@@ -83,32 +84,24 @@ async def _publish(
 
 
 @router.post("/queues/{queue}/requests", status_code=202, response_model=LandAccepted)
-async def land(queue: str, body: LandBody, runtime: RuntimeDep) -> LandAccepted:
-    """Submit a stack of changes to land; answers with the new request's sqid."""
+async def land(
+    queue: str, body: LandBody, runtime: RuntimeDep, response: Response,
+    idempotency_key: Annotated[str | None, Header(
+        alias="Idempotency-Key", max_length=landing.MAX_KEY_LENGTH,
+        description="Resend a land with the same key (and body) to get the same sqid back.",
+    )] = None,
+) -> LandAccepted:
+    """Submit a stack of changes to land; answers with the new request's sqid.
+
+    Each change lands at most once per queue: a change that a live request carries or
+    that already landed is refused with 409 naming that request (``app/api/landing.py``).
+    """
     config = queue_config(runtime, queue)
-    validate_stack(body.change_uris)
-    strategy = body.strategy or config.default_strategy
-    received_ms = now_ms(runtime)
-    async with runtime.db.write() as s:
-        n = await counters.next_number(s, queue=queue, domain=REQUEST_DOMAIN)
-        sqid = request_id(queue, n)
-        await repo.create_summary(s, queue=queue, request_id=sqid,
-                                  change_uris=body.change_uris, received_at_ms=received_ms)
-    msg = LandRequestMsg(id=sqid, queue=queue, change_uris=body.change_uris, strategy=strategy,
-                         received_at_ms=received_ms)
-    await _publish(runtime, START, msg.model_dump(mode="json"), partition_key=queue,
-                   message_id=sqid)
-    accepted = RequestLog(
-        queue=queue, request_id=sqid, timestamp_ms=received_ms, type=LogType.STATUS,
-        status=PublicStatus.ACCEPTED.value, request_version=0,
-        log_id=log_id(sqid, PublicStatus.ACCEPTED.value),
-    )
-    try:
-        await repo.persist_log(runtime.db, accepted)
-    except Exception:
-        log.exception("could not record 'accepted'; the request is in the pipeline anyway",
-                      extra={"queue": queue, "sqid": sqid})
-    return LandAccepted(sqid=sqid, queue=queue, status=PublicStatus.ACCEPTED.value)
+    landed = await landing.accept(runtime, queue=queue, config=config, body=body,
+                                  key=idempotency_key)
+    if landed.replayed:
+        response.headers["Idempotent-Replayed"] = "true"
+    return LandAccepted(sqid=landed.sqid, queue=queue, status=landed.status)
 
 
 @router.get("/queues/{queue}/requests/{n}", response_model=RequestSummaryOut)

@@ -11,42 +11,13 @@ string is a 422 ``invalid_request`` naming the field, before anything is written
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from app.domain.entities import RequestLog, RequestSummary
 from app.domain.states import LandStrategy, LogType
-
-_CONTROL = "\x00-\x08\x0b\x0c\x0e-\x1f\x7f"
-_NOT_IN_TEXT = re.compile(f"[{_CONTROL}\ud800-\udfff]")
-_NOT_IN_LINE = re.compile(f"[{_CONTROL}\t\n\r\ud800-\udfff]")
-
-
-def _refuse(pattern: re.Pattern[str], value: Any) -> Any:
-    if not isinstance(value, str):
-        return value  # the str schema reports the wrong type
-    bad = pattern.search(value)
-    if bad is None:
-        return value
-    code = ord(bad.group())
-    what = ("a lone surrogate" if 0xD800 <= code <= 0xDFFF
-            else "NUL" if code == 0 else "a control character")
-    raise ValueError(f"contains {what} (U+{code:04X}) at position {bad.start()}; "
-                     "send printable UTF-8 text")
-
-
-def check_text(value: Any) -> Any:
-    """``SafeText``'s rule: no NUL, lone surrogate or control character other than
-    tab, newline and carriage return."""
-    return _refuse(_NOT_IN_TEXT, value)
-
-
-def check_line(value: Any) -> Any:
-    """``SafeLine``'s rule: no NUL, lone surrogate or control character at all."""
-    return _refuse(_NOT_IN_LINE, value)
-
+from app.domain.text import check_line, check_text
 
 SafeText = Annotated[str, BeforeValidator(check_text)]
 SafeLine = Annotated[str, BeforeValidator(check_line)]
@@ -81,6 +52,13 @@ class CancelAccepted(BaseModel):
     status: str
 
 
+def landed_commits(s: RequestSummary) -> list[str]:
+    """The commit each change of a landed request landed as (its ``landed`` status's
+    metadata ``commits``, one per change URI in order); [] unless landed."""
+    commits = s.metadata.get("commits") if s.status == "landed" else None
+    return [str(c) for c in commits] if isinstance(commits, list) else []
+
+
 class RequestSummaryOut(BaseModel):
     sqid: str
     queue: str
@@ -89,13 +67,16 @@ class RequestSummaryOut(BaseModel):
     status: str
     last_error: str
     metadata: dict[str, Any]
+    landed_commits: list[str] = Field(
+        default_factory=list,
+        description="Landed only: the target commit each change landed as, in order.")
 
     @classmethod
     def of(cls, s: RequestSummary) -> RequestSummaryOut:
         return cls(
             sqid=s.request_id, queue=s.queue, change_uris=list(s.change_uris),
             received_at_ms=s.received_at_ms, status=s.status, last_error=s.last_error,
-            metadata=dict(s.metadata),
+            metadata=dict(s.metadata), landed_commits=landed_commits(s),
         )
 
 

@@ -83,6 +83,9 @@ class RequestRowOut(BaseModel):
     last_error: str
     batch_id: str | None
     forecast: ForecastOut | None
+    landed_commits: list[str] = Field(
+        default_factory=list,
+        description="Landed only: the target commit each change landed as, in order.")
 
 
 class StageGroupOut(BaseModel):

@@ -26,7 +26,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from app.api import trail as trail_mod
 from app.api.deps import queue_config
 from app.api.forecast import Forecast, forecast_unbatched
-from app.api.schemas import ErrorOut, SafeLine
+from app.api.schemas import ErrorOut, SafeLine, landed_commits
 from app.api.view_data import QueueState, TimingCache, ViewRuntime, load_queue_state, request_prior
 from app.api.view_schemas import (
     AssumptionOut,
@@ -135,6 +135,7 @@ def row(rt: ViewRuntime, state: QueueState, s: RequestSummary,
         duration_ms=max(0, s.status_timestamp_ms - s.received_at_ms) if terminal else None,
         last_error=s.last_error, batch_id=batch_id,
         forecast=forecast_out(_request_forecast(rt, state, s, batch_id), state.now_ms),
+        landed_commits=landed_commits(s),
     )
 
 

@@ -5,9 +5,9 @@ batches are still polled so their builds' ends are recorded.
 
 | Loaded state | Relative to checkpoint | Action |
 |---|---|---|
-| build terminal | beyond | ack |
-| build live, runner reports the same status | at | cancel it if unwanted; hold and poll again |
-| build live, runner reports a new status | before | log ``building`` (one per status reached, with the runner's detail) and ``built`` on success for each member, then conditional write of the status, then a ``speculate`` wake-up (id names build and status); hold unless terminal |
+| build terminal | at | replay the ``speculate`` wake-up of its status (same id; only this controller writes a build's status, so a crash between that write and the wake-up would otherwise strand the queue); ack |
+| build live, runner reports the same status and log URL | at | cancel it if unwanted; on a redelivery (attempt > 1: an earlier run failed or died, maybe between its write and its wake-up) replay the wake-up of that status (same id); hold and poll again |
+| build live, runner reports a new status or log URL | before | log ``building`` (one per status reached, with the runner's detail) and ``built`` on success for each member, then conditional write of the status and URL, then a ``speculate`` wake-up (id names build and status); hold unless terminal |
 | build missing | invalid | raise ``NotFound`` |
 
 *Unwanted*: the batch is halted, or its path entry is missing, cancelling, cancelled,
@@ -42,6 +42,7 @@ class BuildSignalController(StageController):
             build = await spec_repo.get_build(s, queue=q, id=msg.id)
             batch = await batch_repo.get(s, queue=q, id=build.batch_id)
         if build.status.terminal:
+            await self._wake(batch, build.id, build.status)
             return
         runner = self.deps.extensions(q).runner
         report = await runner.status(build.id)
@@ -52,6 +53,8 @@ class BuildSignalController(StageController):
                 log.warning("could not cancel an unwanted build", extra={"build_id": build.id})
         if report.status is not build.status or report.log_url != build.log_url:
             await self._record(batch, build, report.status, report.log_url, report.detail)
+        elif delivery.attempt > 1:  # polls keep attempt 1: a hold spends none
+            await self._wake(batch, build.id, build.status)
         if not report.status.terminal:
             delivery.hold(POLL_RUNNING_MS if report.status is BuildStatus.RUNNING
                           else POLL_ACCEPTED_MS)
@@ -84,6 +87,9 @@ class BuildSignalController(StageController):
         async with self.deps.db.write() as s:
             await spec_repo.update_build(s, old=build, new=replace(
                 build, status=status, log_url=url, version=build.version + 1), now_ms=now)
+        await self._wake(batch, build.id, status)
+
+    async def _wake(self, batch: Batch, build_id: str, status: BuildStatus) -> None:
         await self.deps.publish(
             SPECULATE, EntityMsg(id=batch.id, queue=batch.queue), partition_key=batch.queue,
-            message_id=f"{batch.id}/build-signal/{build.id}/{status.value}")
+            message_id=f"{batch.id}/build-signal/{build_id}/{status.value}")

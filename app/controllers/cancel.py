@@ -4,13 +4,14 @@
 |---|---|---|
 | request missing, message younger than 5 min | before | hold 500 ms (``start`` may not have run yet) |
 | request missing, older | invalid | raise ``NotFound`` |
-| request terminal | beyond | re-publish its terminal log (same id; repairs a crash between write and log), ack |
+| request terminal | beyond | re-publish its terminal log (same id; repairs a crash between write and log; a ``cancelled`` one carries the cancel's reason, as the write's own log did), ack |
 | request live | before | conditional write ``cancelling`` (skipped if already); then for each of its batches, oldest first: ``created``/``speculating`` -> ``cancelling``, and a ``cancelling`` batch gets a ``speculate`` wake-up (the batch owns the outcome); ``merging``/terminal -> owned already, nothing to do; ``creating`` -> not owned. With no owning batch, terminate ``cancelled`` at once |
 """  # noqa: E501 - state tables read best unwrapped
 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from app.controllers.common import (
     StageController,
@@ -38,7 +39,8 @@ class CancelController(StageController):
                 return
             raise NotFound(f"request {msg.id} never started; nothing to cancel")
         if req.state.terminal:
-            await repair_terminal(self.deps, req)
+            await repair_terminal(self.deps, req, metadata=_metadata(msg)
+                                  if req.state is RequestState.CANCELLED else None)
             return
         if req.state is not RequestState.CANCELLING:
             new = replace(req, state=RequestState.CANCELLING, version=req.version + 1)
@@ -64,4 +66,9 @@ class CancelController(StageController):
             await terminate_request(self.deps, queue=msg.queue, sqid=msg.id,
                                     target=RequestState.CANCELLED,
                                     last_error=f"cancelled: {msg.reason}" if msg.reason
-                                    else "cancelled", metadata={"reason": msg.reason})
+                                    else "cancelled", metadata=_metadata(msg))
+
+
+def _metadata(msg: CancelRequestMsg) -> dict[str, Any]:
+    """What the ``cancelled`` log carries (its repair too: one id, one payload)."""
+    return {"reason": msg.reason}

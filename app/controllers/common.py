@@ -198,7 +198,8 @@ async def repair_terminal(deps: Deps, req: LandRequest,
                           metadata: dict[str, Any] | None = None) -> None:
     """Re-publish a terminal request's terminal log (same log id: a no-op if it was
     published). For controllers that find a request terminal on redelivery: the
-    process that wrote the terminal state may have died before publishing its log."""
+    process that wrote the terminal state may have died before publishing its log.
+    ``metadata``: what the writer's log carried, when the caller knows it."""
     if req.state.terminal:
         await deps.publish_logs([_terminal_log(req, metadata, deps.now())])
 

@@ -2,7 +2,7 @@
 
 | Loaded state | Relative to checkpoint | Action |
 |---|---|---|
-| batch ``succeeded`` / ``failed`` / ``cancelled`` | at | terminate each member (``landed`` / ``error`` / ``cancelled``) with the failure reason; a member already there skips the write but republishes its terminal log |
+| batch ``succeeded`` / ``failed`` / ``cancelled`` | at | terminate each member (``landed`` / ``error`` / ``cancelled``) with the failure reason; ``landed`` carries metadata ``commits`` (the member's landed commit per change, from the batch); a member already there skips the write but republishes its terminal log |
 | member already in another terminal state | superseded | leave it |
 | member missing | invalid | raise ``NotFound`` |
 | batch not terminal | invalid | raise ``InvalidState`` (conclude is only sent for terminal batches) |
@@ -11,11 +11,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from app.controllers.common import StageController, terminate_request
 from app.db.repos import batches as batch_repo
 from app.domain.errors import InvalidState
 from app.domain.messages import ConcludeMsg
-from app.domain.states import BATCH_TO_REQUEST_TERMINAL
+from app.domain.states import BATCH_TO_REQUEST_TERMINAL, BatchState
 from app.queue import Delivery
 
 
@@ -30,5 +32,8 @@ class ConcludeController(StageController):
                 f"batch {batch.id} is {batch.state}; conclude needs a terminal batch")
         reason = msg.failure_reason or batch.failure_reason
         for sqid in batch.contains:
+            metadata: dict[str, Any] = {"batch_id": batch.id}
+            if batch.state is BatchState.SUCCEEDED:
+                metadata["commits"] = list(batch.landed.get(sqid, ()))
             await terminate_request(self.deps, queue=batch.queue, sqid=sqid, target=target,
-                                    last_error=reason, metadata={"batch_id": batch.id})
+                                    last_error=reason, metadata=metadata)

@@ -2,7 +2,7 @@
 
 | Loaded state | Relative to checkpoint | Action |
 |---|---|---|
-| batch ``merging``, every member live | before | log ``landing`` per member; check the delivery still holds its lease (``ensure_held``: a stale holder raises ``LeaseLost`` and never pushes; its successor merges); merge the members' changes in order as one update (infrastructure errors propagate and are retried; the merger recognises changes already landed); publish the result to ``mergesignal`` (id = batch id) |
+| batch ``merging``, every member live | before | log ``landing`` per member; check the delivery still holds its lease (``ensure_held``: a stale holder raises ``LeaseLost`` and never pushes; its successor merges); merge the members' changes in order as one update (infrastructure errors propagate and are retried; the merger recognises changes already landed); publish the result, with each member's landed commits, to ``mergesignal`` (id = batch id) |
 | batch ``merging``, a member terminal or missing | superseded | refuse: nothing is merged or pushed, no ``landing`` log; publish a ``failed`` result naming the members and their states to ``mergesignal``, which fails the batch with that reason (the members keep their terminal states; the queue re-plans without the batch) |
 | batch terminal or halted | beyond | ack |
 | batch ``creating`` / ``created`` / ``speculating`` | invalid | raise ``InvalidState`` |
@@ -55,4 +55,6 @@ class MergeController(StageController):
             id=batch.id, queue=batch.queue,
             outcome="succeeded" if outcome.succeeded else "failed", reason=outcome.reason,
             outputs=list(outcome.outputs), conflicting_paths=list(outcome.conflicting_paths),
+            commits={m: list(outcome.commits.get(m, ())) for m in batch.contains
+                     if outcome.succeeded},
         ), partition_key=batch.queue, message_id=batch.id)

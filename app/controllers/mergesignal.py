@@ -2,7 +2,7 @@
 
 | Loaded state | Relative to checkpoint | Action |
 |---|---|---|
-| batch ``merging`` | before | conditional write ``succeeded`` / ``failed`` (with the reason); publish ``conclude`` then a ``speculate`` wake-up for the rest of the queue |
+| batch ``merging`` | before | conditional write ``succeeded`` (with each member's landed commits) / ``failed`` (with the reason); publish ``conclude`` then a ``speculate`` wake-up for the rest of the queue |
 | batch ``succeeded`` / ``failed`` | at | replay ``conclude`` and the wake-up with the same ids |
 | batch ``cancelled`` / ``cancelling`` | superseded | ack |
 | batch ``creating`` / ``created`` / ``speculating`` | invalid | raise ``InvalidState`` |
@@ -31,8 +31,9 @@ class MergeSignalController(StageController):
         if batch.state is BatchState.MERGING:
             ok = msg.outcome == "succeeded"
             reason = "" if ok else f"merge failed: {msg.reason or 'the merger gave no reason'}"
+            landed = {m: tuple(msg.commits.get(m, ())) for m in batch.contains} if ok else {}
             new = replace(batch, state=BatchState.SUCCEEDED if ok else BatchState.FAILED,
-                          failure_reason=reason, version=batch.version + 1)
+                          failure_reason=reason, landed=landed, version=batch.version + 1)
             async with self.deps.db.write() as s:
                 await batch_repo.update(s, old=batch, new=new, now_ms=self.deps.now())
             self.deps.metrics.merge_finished(batch.queue, msg.outcome)

@@ -6,7 +6,7 @@ Ownership (enforced by which repository module may touch a table):
   version that fences a speculate run's write), ``requests``, ``changes``, ``batches``,
   ``request_batches``, ``batch_claims``, ``path_sets``, ``builds``, ``path_builds``;
 - gateway: ``counters`` (domain ``request``), ``request_summaries``, ``request_log``,
-  ``change_uri_requests``;
+  ``change_uri_requests``, ``change_claims``, ``idempotency_keys``;
 - admin API: ``admin_audit`` (append only);
 - build runners: ``build_runs`` (``app/db/repos/build_runs.py``).
 
@@ -83,6 +83,8 @@ batches = sa.Table(
     sa.Column("state", sa.String(30), nullable=False),
     sa.Column("version", sa.Integer, nullable=False),
     sa.Column("failure_reason", sa.Text, nullable=False, server_default=""),
+    # {sqid: [landed commit per change]} of a succeeded batch, written with `succeeded`
+    sa.Column("landed_json", sa.Text, nullable=False, server_default="{}"),
     *_ts(),
     sa.Index("ix_batches_state", "queue", "state"),
 )
@@ -217,6 +219,38 @@ change_uri_requests = sa.Table(
     sa.Column("change_uri", sa.String(URI), primary_key=True),
     sa.Column("request_id", sa.String(ID), primary_key=True),
     sa.Column("received_at_ms", sa.BigInteger, nullable=False),
+)
+
+# One row per change (its identity, ``ChangeURI.identity``) that a live or landed
+# request of the queue holds: the primary key is the unique claim that makes a land
+# of a change already in flight or landed a 409. Inserted at acceptance (one
+# transaction with the summary), deleted when its owner ends ``error``/``cancelled``
+# and kept (``state`` landed, with the commit) when it lands — both in the transaction
+# that folds the terminal status (``app/db/repos/claims.py``).
+change_claims = sa.Table(
+    "change_claims",
+    metadata,
+    sa.Column("queue", sa.String(Q), primary_key=True),
+    sa.Column("change_key", sa.String(URI), primary_key=True),
+    sa.Column("request_id", sa.String(ID), nullable=False),
+    sa.Column("change_uri", sa.String(URI), nullable=False),
+    sa.Column("state", sa.String(10), nullable=False),
+    sa.Column("landed_commit", sa.String(64), nullable=False, server_default=""),
+    sa.Column("claimed_at_ms", sa.BigInteger, nullable=False),
+    sa.Index("ix_change_claims_owner", "queue", "request_id"),
+)
+
+# ``Idempotency-Key`` of a land -> the request it created, with the SHA-256 of the body
+# it came with (the same key with another body is refused). Kept as long as the
+# request's summary (no expiry).
+idempotency_keys = sa.Table(
+    "idempotency_keys",
+    metadata,
+    sa.Column("queue", sa.String(Q), primary_key=True),
+    sa.Column("key", sa.String(255), primary_key=True),
+    sa.Column("request_id", sa.String(ID), nullable=False),
+    sa.Column("body_sha256", sa.String(64), nullable=False),
+    sa.Column("created_at_ms", sa.BigInteger, nullable=False),
 )
 
 admin_audit = sa.Table(

@@ -10,12 +10,26 @@
 Canonical: lowercase host, SHA as 40 lowercase hex, positive numbers without a
 leading zero, no empty segments. An optional query carries test/demo markers
 (``sq-fake``, ``sq-files``, ``sq-build-ms``) that only the fake extensions read.
-URIs are compared as opaque strings.
-"""
+URIs are compared as opaque strings, except for *change identity*.
+
+Change identity (``ChangeURI.identity``) says when two URIs name the same change, so a
+queue lands each change at most once (the gateway's claim key):
+
+| Scheme | Identity | So |
+|---|---|---|
+| git | ``git://{host}/{repo}@{sha}`` | the same commit pushed under two branch names is one change; two commits of one branch are two |
+| GitHub | ``github://{host}/{org...}/{repo}@{sha}`` | the head commit is the change, whichever pull request carries it |
+| Phabricator | ``phab://{host}/D{revision}/{diff}`` | each diff of a revision is its own change |
+
+Query markers never count (they steer fakes; they are not part of what lands), so a
+URI resubmitted with more, fewer or reordered markers is the same change. The host
+and SHA are canonical (lowercase) already, so no further normalisation is needed.
+"""  # noqa: E501 - tables read best unwrapped
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import parse_qs, unquote
 
@@ -49,6 +63,13 @@ class ChangeURI:
     ref: str | None
     sha: str | None
     markers: dict[str, str]
+
+    @property
+    def identity(self) -> str:
+        """The change this URI names (see the module docstring): the claim key."""
+        if self.sha is not None:
+            return f"{self.scheme}://{self.host}/{self.repo}@{self.sha}"
+        return self.raw.partition("?")[0]
 
     @property
     def fake_tokens(self) -> set[str]:
@@ -122,3 +143,19 @@ def validate_stack(uris: list[str], *, max_changes: int = 100) -> list[ChangeURI
             raise ValidationError(f"change URI {uri!r} appears twice in the stack")
         seen.add(uri)
     return [parse_change_uri(u) for u in uris]
+
+
+def stack_identities(changes: Sequence[ChangeURI]) -> list[str]:
+    """The identity of each change of a parsed stack, in order; ``ValidationError`` when
+    two URIs of the stack name the same change (same commit, or same URI but markers)."""
+    seen: dict[str, str] = {}
+    out: list[str] = []
+    for change in changes:
+        first = seen.setdefault(change.identity, change.raw)
+        if first != change.raw:
+            raise ValidationError(
+                f"change URIs {first!r} and {change.raw!r} name the same change "
+                f"({change.identity}); list it once"
+            )
+        out.append(change.identity)
+    return out

@@ -84,6 +84,8 @@ class Batch:
     failure_reason: str = ""
     created_at_ms: int = 0
     updated_at_ms: int = 0
+    # a succeeded batch's landed commits: sqid -> one commit per change of the request
+    landed: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -82,6 +82,8 @@ class ResultMsg(_Msg):
     reason: str = ""
     outputs: list[str] = Field(default_factory=list)
     conflicting_paths: list[str] = Field(default_factory=list)
+    # a merge's landed commits per member request (sqid -> one commit per change)
+    commits: dict[str, list[str]] = Field(default_factory=dict)
 
 
 class ConcludeMsg(_Msg):

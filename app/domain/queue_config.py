@@ -20,6 +20,7 @@ queues:
       target_branch: main
       work_dir: ./var/git/sandbox     # default ./var/git/<queue name>
       create_sandbox: true            # create + seed a bare repository if it is missing
+      move_head_branches: true        # move each landed change's branch to its commit
 ```
 
 Relative paths (``git.repository``, ``git.work_dir``) resolve against the directory of
@@ -149,6 +150,8 @@ class GitConfig(_Cfg):
     work_dir: str | None = None
     # create a bare repository seeded with one commit when `repository` does not exist
     create_sandbox: bool = False
+    # after landing, move each change's branch (refs/heads/...) to its landed commit
+    move_head_branches: bool = False
 
     @field_validator("repo_key")
     @classmethod

@@ -9,7 +9,7 @@ those as retryable.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -171,10 +171,14 @@ class MergeSpec:
 
 @dataclass(frozen=True, slots=True)
 class MergeOutcome:
+    """A merger's answer. On success ``outputs`` holds the commit each change landed as
+    (one per change, in step order) and ``commits`` the same per step id (request)."""
+
     succeeded: bool
     reason: str = ""
     outputs: tuple[str, ...] = ()
     conflicting_paths: tuple[str, ...] = field(default_factory=tuple)
+    commits: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 class Merger(Protocol):

@@ -104,7 +104,8 @@ def _merger(config: QueueConfig) -> Merger:
         case "git":
             git = _git(config)
             return GitMerger({git.repo_key: git.repository}, git.target_branch,
-                             _work_dir(config) / "merger")
+                             _work_dir(config) / "merger",
+                             move_head_branches=git.move_head_branches)
         case other:
             assert_never(other)
 

@@ -44,7 +44,12 @@ function renderNext(view) {
   }
   if (r.status === "landed") {
     fill($("next-h"), "Landed");
-    fill(box, h("p", {}, `Landed ${duration(r.duration_ms)} after it was submitted.`));
+    const commits = r.landed_commits || [];
+    fill(box, h("p", {}, `Landed ${duration(r.duration_ms)} after it was submitted.`),
+      commits.length ? h("div", { class: "landed-commits" },
+        h("p", {}, commits.length === 1 ? "Landed as commit" : "Landed as commits"),
+        h("ol", { id: "landed-commits" }, commits.map((c, i) => h("li", {},
+          h("code", { class: "sha", title: r.change_uris[i] || "" }, c))))) : null);
     return;
   }
   fill($("next-h"), "What happens next");
@@ -103,7 +108,9 @@ async function refresh() {
       fill($("title"), `Request ${r.sqid}`);
       document.title = `${r.sqid} · SubmitQueue`;
       fill($("status"), statusBadge(r.status));
-      fill($("changes"), r.change_uris.map((u) => h("li", {}, h("code", { class: "uri" }, u))));
+      fill($("changes"), r.change_uris.map((u, i) => h("li", {}, h("code", { class: "uri" }, u),
+        r.landed_commits && r.landed_commits[i] ? [" → landed as ",
+          h("code", { class: "sha landed-as" }, r.landed_commits[i])] : null)));
       renderNext(view);
       renderBatch(view);
       renderTrail(view);

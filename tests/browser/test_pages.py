@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
+from app.extensions.merger.fake import landed_sha
 from tests.browser.conftest import PLAYWRIGHT_MISSING, screenshot
 from tests.e2e.harness import Server, change, serve
 
@@ -89,6 +90,20 @@ async def test_a_failed_request_shows_its_typed_reason_and_the_failed_build(
     assert "speculating [building" in trail and "error" in trail
     assert await page.locator("#cancel-section").is_hidden()
     await screenshot(page, "request-page-failed")
+
+
+async def test_a_landed_request_shows_the_commits_it_landed_as(
+    server: Server, page: Any
+) -> None:
+    uri = change("shown", files="shown/a.py")
+    sqid = await server.land(uri)
+    assert await server.wait_terminal(sqid) == "landed"
+    n = sqid.rsplit("/", 1)[1]
+    await page.goto(f"{server.base_url}/queues/demo/requests/{n}")
+    await page.locator("#landed-commits code").wait_for()
+    assert await page.locator("#next-h").inner_text() == "Landed"
+    assert await page.locator("#landed-commits code").all_inner_texts() == [landed_sha(uri)]
+    assert await page.locator("#changes code.landed-as").inner_text() == landed_sha(uri)
 
 
 async def test_cancel_from_the_request_page(server: Server, page: Any) -> None:

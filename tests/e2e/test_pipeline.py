@@ -9,7 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from app.db.repos import request_log
 from app.domain import messages as m
+from app.domain.entities import RequestLog
+from app.domain.states import LandStrategy, LogType
+from app.extensions.merger.fake import landed_sha
 from tests.conftest import BACKENDS
 from tests.e2e.harness import Server, change, serve
 
@@ -44,6 +48,9 @@ async def test_happy_path_trail(database_url: str, mode: dict, tmp_path: Path) -
         assert events == ["building", "built"]
         summary = await server.summary(sqid)
         assert summary["metadata"]["batch_id"] == "demo/batch/1"
+        uri = summary["change_uris"][0]
+        assert summary["metadata"]["commits"] == [landed_sha(uri)]
+        assert summary["landed_commits"] == [landed_sha(uri)]
 
 
 async def test_a_failing_change_is_evicted_and_the_next_one_still_lands(
@@ -78,19 +85,39 @@ async def test_independent_folders_do_not_wait_on_each_other(
         assert await server.wait_terminal(slow) == "landed"
 
 
-async def test_duplicate_land_of_an_in_flight_change_is_rejected(
+async def test_duplicate_land_of_an_in_flight_change_is_refused(
     database_url: str, mode: dict, tmp_path: Path
 ) -> None:
     async with serve(database_url, tmp_path, **mode) as server:
         uri = change("dup", files="d/x.py", build_ms=4000)
         first = await server.land(uri)
         await server.wait_status(first, {"batched", "speculating"})
-        second = await server.land(uri)
-        assert await server.wait_terminal(second) == "error"
+        url = "/api/v1/queues/demo/requests"
+        r = await server.client.post(url, json={"change_uris": [uri]})
+        assert r.status_code == 409, r.text
+        assert r.json()["error"]["code"] == "change_in_flight"
+        assert f"already in flight as {first}" in r.json()["error"]["message"]
+        # the validate stage's duplicate check stays as a second line of defence: a
+        # receipt that bypassed the gateway's claim (written directly) is rejected there
+        async with server.runtime.db.write() as s:
+            await request_log.create_summary(s, queue="demo", request_id="demo/99",
+                                             change_uris=[uri], received_at_ms=1)
+        await request_log.persist_log(server.runtime.db, RequestLog(
+            queue="demo", request_id="demo/99", timestamp_ms=1, type=LogType.STATUS,
+            status="accepted", log_id=m.log_id("demo/99", "accepted")))
+        await server.runtime.broker.publish(m.START, m.LandRequestMsg(
+            id="demo/99", queue="demo", change_uris=[uri], strategy=LandStrategy.REBASE,
+        ).model_dump(mode="json"), partition_key="demo", message_id="demo/99")
+        assert await server.wait_terminal("demo/99") == "error"
         assert f"duplicate of in-flight request {first}" in (
-            await server.summary(second))["last_error"]
+            await server.summary("demo/99"))["last_error"]
         assert await server.wait_terminal(first) == "landed"
-        await assert_clean_history(server, second)
+        r = await server.client.post(url, json={"change_uris": [uri]})
+        assert r.status_code == 409 and r.json()["error"]["code"] == "change_landed"
+        assert (f"already landed as {landed_sha(uri)} by {first}"
+                in r.json()["error"]["message"])
+        assert set(await server.statuses_of_queue()) == {first, "demo/99"}
+        await assert_clean_history(server, "demo/99")
 
 
 async def test_a_merge_conflict_ends_in_error_with_the_paths(

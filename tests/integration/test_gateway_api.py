@@ -127,6 +127,14 @@ async def land(env: Env, *uris: str, queue: str = "demo", **body: Any) -> str:
     return str(r.json()["sqid"])
 
 
+async def finish(env: Env, sqid: str, status: str, **metadata: Any) -> None:
+    """Fold a terminal status for ``sqid`` as the orchestrator's log would."""
+    await persist_log(env.runtime.db, RequestLog(
+        queue=sqid.split("/")[0], request_id=sqid, timestamp_ms=T0 + 1_000,
+        type=LogType.STATUS, status=status, request_version=3, metadata=metadata,
+        log_id=log_id(sqid, status)))
+
+
 def error(r: httpx.Response) -> dict[str, str]:
     body = r.json()
     assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}, body
@@ -344,7 +352,9 @@ async def test_cancel_validates_its_body(env: Env) -> None:
 
 
 async def test_list_pages_newest_first_and_filters(env: Env) -> None:
-    for uri in (URI_A, URI_B, URI_C, URI_A, URI_B):
+    await land(env, URI_A)
+    await finish(env, "demo/1", "error")  # gives URI_A back: it may be landed again
+    for uri in (URI_B, URI_C, URI_A, "phab://phab.example.com/D13/1"):
         await land(env, uri)
     await env.client.post("/api/v1/queues/demo/requests/2/cancel", json={"reason": "r"})
     url = "/api/v1/queues/demo/requests"
@@ -378,8 +388,8 @@ async def test_list_pages_newest_first_and_filters(env: Env) -> None:
 
 
 async def test_list_rejects_mismatched_cursors_and_bad_filters(env: Env) -> None:
-    for _ in range(3):
-        await land(env, URI_B)
+    for n in range(3):
+        await land(env, f"phab://phab.example.com/D12/{n + 1}")
     url = "/api/v1/queues/demo/requests"
     cursor = (await env.client.get(url, params={"limit": 1})).json()["next_cursor"]
 

@@ -182,6 +182,17 @@ async def test_build_2s_genuine_callback_replayed_to_build_3_is_refused_and_buil
         run = await store.get(b3)
         assert run is not None and run.status is BuildStatus.ACCEPTED
 
+        # a genuinely signed report whose text no database can store: 422, nothing kept
+        for bad in ({"status": "failed", "detail": "red\u0000"},
+                    {"status": "failed", "detail": "\ud800"},
+                    {"status": "failed", "log_url": "https://ci.example/\u0000"}):
+            body = json.dumps(bad).encode()
+            r = await post(b3, body, signed(b3, body))
+            assert r.status_code == 422, r.text
+            assert r.json()["error"]["code"] == "invalid_request", r.text
+        run = await store.get(b3)
+        assert run is not None and run.status is BuildStatus.ACCEPTED
+
         # build 3's own CI verdict is what decides it
         assert (await ci.post(b3, {"status": "failed", "detail": "red"})).status_code == 204
         assert await server.wait_terminal(three) == "error"

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from app.domain.change_uri import MAX_URI_BYTES, parse_change_uri, validate_stack
+from app.domain.change_uri import (
+    MAX_URI_BYTES,
+    parse_change_uri,
+    stack_identities,
+    validate_stack,
+)
 from app.domain.errors import ValidationError
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
@@ -147,3 +152,42 @@ def test_validate_stack_rejects_too_many() -> None:
 def test_validate_stack_rejects_an_invalid_member() -> None:
     with pytest.raises(ValidationError, match="canonical phab://"):
         validate_stack([GH, "phab://phab.example.com/D01/1"])
+
+
+# --- change identity (the claim key: one live or landed request per change) ---------
+
+
+@pytest.mark.parametrize(("uri", "identity"), [
+    (GIT, f"git://git.example.com/team/repo@{SHA}"),
+    (f"git://git.example.com/team/repo/refs%2Fheads%2Fother/{SHA}?sq-files=a,b&sq-fake=x",
+     f"git://git.example.com/team/repo@{SHA}"),  # branch and markers do not count
+    (GH, f"github://github.com/org/repo@{SHA}"),
+    (f"github://github.com/org/repo/pull/13/{SHA}", f"github://github.com/org/repo@{SHA}"),
+    (PHAB, PHAB),
+    (f"{PHAB}?sq-files=x", PHAB),
+])
+def test_identity_is_the_commit_or_the_diff(uri: str, identity: str) -> None:
+    assert parse_change_uri(uri).identity == identity
+
+
+def test_identities_tell_changes_apart() -> None:
+    other_sha = "f" * 40
+    distinct = [
+        GIT,
+        f"git://git.example.com/team/repo/refs%2Fheads%2Fmain/{other_sha}",  # new commit
+        f"git://git.example.com/team/fork/refs%2Fheads%2Fmain/{SHA}",  # other repository
+        f"git://git.example.com:2222/team/repo/refs%2Fheads%2Fmain/{SHA}",  # other host
+        GH,  # same sha, other scheme
+        "phab://phab.example.com/D123/457",  # next diff of the revision
+    ]
+    assert len({parse_change_uri(u).identity for u in distinct}) == len(distinct)
+
+
+def test_stack_identities_refuse_one_change_twice() -> None:
+    alias = f"git://git.example.com/team/repo/refs%2Fheads%2Falias/{SHA}"
+    assert stack_identities([parse_change_uri(u) for u in (GIT, PHAB)]) == [
+        f"git://git.example.com/team/repo@{SHA}", PHAB]
+    with pytest.raises(ValidationError, match="name the same change"):
+        stack_identities([parse_change_uri(u) for u in (GIT, PHAB, alias)])
+    with pytest.raises(ValidationError, match="name the same change"):
+        stack_identities([parse_change_uri(u) for u in (PHAB, f"{PHAB}?sq-files=a")])

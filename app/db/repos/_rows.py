@@ -40,6 +40,7 @@ def batch_from_row(r: Any) -> Batch:
         dependencies=tuple(json.loads(r.dependencies_json)), state=BatchState(r.state),
         version=r.version, failure_reason=r.failure_reason or "",
         created_at_ms=r.created_at_ms, updated_at_ms=r.updated_at_ms,
+        landed={k: tuple(v) for k, v in json.loads(r.landed_json or "{}").items()},
     )
 
 

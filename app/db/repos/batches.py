@@ -25,6 +25,7 @@ async def create(session: AsyncSession, *, batch: Batch, now_ms: int) -> None:
         queue=batch.queue, id=batch.id, contains_json=dumps(list(batch.contains)),
         dependencies_json=dumps(list(batch.dependencies)), state=batch.state.value,
         version=batch.version, failure_reason=batch.failure_reason,
+        landed_json=dumps({k: list(v) for k, v in batch.landed.items()}),
         created_at_ms=now_ms, updated_at_ms=now_ms,
     ))
     for request_id in batch.contains:
@@ -75,6 +76,7 @@ async def update(session: AsyncSession, *, old: Batch, new: Batch, now_ms: int) 
             "dependencies_json": dumps(list(new.dependencies)),
             "contains_json": dumps(list(new.contains)),
             "failure_reason": new.failure_reason,
+            "landed_json": dumps({k: list(v) for k, v in new.landed.items()}),
             "updated_at_ms": now_ms,
         },
     )

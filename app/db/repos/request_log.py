@@ -1,5 +1,6 @@
 """The request log and its projections (gateway-owned): ``request_summaries``,
-``request_log`` and ``change_uri_requests``.
+``request_log`` and ``change_uri_requests`` (and, through ``claims``, the change
+claims a terminal status settles).
 
 Only the gateway reads and writes these tables. ``persist_log`` is the one
 materializer: every status or event — written directly by the gateway
@@ -26,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.dialect import insert_ignore
 from app.db.engine import Database
 from app.db.locking import conditional_update
+from app.db.repos import claims
 from app.db.tables import change_uri_requests as uri_t
 from app.db.tables import request_log as log_t
 from app.db.tables import request_summaries as sum_t
@@ -37,6 +39,7 @@ from app.domain.states import LogType, PublicStatus
 ACCEPTING = PublicStatus.ACCEPTING.value
 PERSIST_ATTEMPTS = 10
 _VISIBLE_STATUSES = frozenset(s.value for s in PublicStatus if s is not PublicStatus.ACCEPTING)
+_TERMINAL_STATUSES = frozenset(s.value for s in PublicStatus if s.terminal)
 
 
 def _dumps(value: Any) -> str:
@@ -67,19 +70,23 @@ def _log_from_row(r: Any) -> RequestLog:
 
 async def create_summary(
     session: AsyncSession, *, queue: str, request_id: str, change_uris: Sequence[str],
-    received_at_ms: int,
+    received_at_ms: int, metadata: dict[str, Any] | None = None,
 ) -> RequestSummary:
-    """Record a receipt: summary ``accepting`` (version 1) and one mapping per change URI."""
+    """Record a receipt: summary ``accepting`` (version 1) and one mapping per change URI.
+    ``metadata`` is the hidden receipt's own (the land keeps its strategy there, so a
+    receipt orphaned before its ``start`` was published can be handed on later); the
+    first visible status replaces it."""
     summary = RequestSummary(
         queue=queue, request_id=request_id, change_uris=tuple(change_uris),
         received_at_ms=received_at_ms, status=ACCEPTING, request_version=0,
-        status_timestamp_ms=received_at_ms, version=1,
+        status_timestamp_ms=received_at_ms, version=1, metadata=dict(metadata or {}),
     )
     try:
         await session.execute(sa.insert(sum_t).values(
             queue=queue, request_id=request_id, change_uris_json=_dumps(list(change_uris)),
             received_at_ms=received_at_ms, status=ACCEPTING, request_version=0,
-            status_timestamp_ms=received_at_ms, version=1, last_error="", metadata_json="{}",
+            status_timestamp_ms=received_at_ms, version=1, last_error="",
+            metadata_json=_dumps(summary.metadata),
         ))
     except IntegrityError as exc:
         raise AlreadyExists(f"request {request_id!r} already exists in queue {queue!r}") from exc
@@ -198,12 +205,18 @@ async def history(session: AsyncSession, *, queue: str, request_id: str) -> list
 async def update_summary_status(
     session: AsyncSession, *, summary: RequestSummary, entry: RequestLog
 ) -> RequestSummary:
-    """Conditionally write ``entry``'s status onto ``summary`` (version + 1)."""
+    """Conditionally write ``entry``'s status onto ``summary`` (version + 1). The entry's
+    metadata replaces the summary's, except that a repeat of the same status at the
+    same request version (a repair) keeps the keys it does not carry, so a landed
+    request's ``commits`` survive a bare re-publication of ``landed``."""
+    metadata = dict(entry.metadata)
+    if (entry.status, entry.request_version) == (summary.status, summary.request_version):
+        metadata = {**summary.metadata, **metadata}
     new = RequestSummary(
         queue=summary.queue, request_id=summary.request_id, change_uris=summary.change_uris,
         received_at_ms=summary.received_at_ms, status=entry.status,
         request_version=entry.request_version, status_timestamp_ms=entry.timestamp_ms,
-        version=summary.version + 1, last_error=entry.last_error, metadata=dict(entry.metadata),
+        version=summary.version + 1, last_error=entry.last_error, metadata=metadata,
     )
     await conditional_update(
         session, sum_t,
@@ -243,9 +256,12 @@ async def persist_log(db: Database, entry: RequestLog) -> RequestSummary | None:
     """The materializer: append ``entry`` to the history (once per log id) and fold it
     into the summary if it wins; a lost race reloads and classifies again.
 
-    Each attempt is one transaction (append + fold), so history and summary never
-    disagree. A redelivered entry is not stored twice but is folded again, which
-    repairs a summary whose write was lost. Raises ``NotFound`` when the request has
+    Each attempt is one transaction (append + fold + claims), so history, summary and
+    change claims never disagree: a terminal status entry (winning, or a redelivery)
+    settles the request's change claims (``claims.settle``: ``error``/``cancelled``
+    release them, ``landed`` keeps them with the landed commits). A redelivered entry
+    is not stored twice but is folded again, which repairs a summary whose write was
+    lost. Raises ``NotFound`` when the request has
     no summary (not retryable), ``ValidationError`` for a malformed entry and
     ``VersionMismatch`` (retryable) if every attempt lost its race.
 
@@ -265,8 +281,11 @@ async def persist_log(db: Database, entry: RequestLog) -> RequestSummary | None:
                         f"request {entry.request_id!r} does not exist in queue {entry.queue!r}"
                     )
                 won = entry_wins(entry, summary)
+                folded = summary
                 if won:
-                    await update_summary_status(session, summary=summary, entry=entry)
+                    folded = await update_summary_status(session, summary=summary, entry=entry)
+                if entry.type is LogType.STATUS and entry.status in _TERMINAL_STATUSES:
+                    await claims.settle(session, summary=folded)
             return summary if won else None
         except VersionMismatch:
             if attempt == PERSIST_ATTEMPTS:

@@ -47,6 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from app.domain.build_run import BuildRun
 from app.domain.errors import InvalidState, NotFound, SubmitQueueError
 from app.domain.states import BuildStatus
+from app.domain.text import check_line, check_text
 from app.extensions.base import BuildReport, BuildRequest, BuildStore
 from app.extensions.builds.signature import SIGNATURE_HEADER, BadSignature, sign, verify
 
@@ -73,6 +74,9 @@ class CallbackBody(BaseModel):
                                 description="where a person reads the build's log (http/https)")
     detail: str | None = Field(default=None, max_length=4000,
                                description="one line on why, shown with the build")
+
+    _line = field_validator("log_url", mode="before")(check_line)
+    _text = field_validator("detail", mode="before")(check_text)
 
     @field_validator("log_url")
     @classmethod

@@ -14,7 +14,8 @@ The conflicting paths are the change's ``sq-files`` or its default file (see
 ``app.extensions.changes.fake.default_paths``).
 
 A successful outcome's ``outputs`` hold one deterministic 40-hex "commit" per change,
-in step order: the SHA-1 of the change URI (``landed_sha``). Both operations are
+in step order: the SHA-1 of the change URI (``landed_sha``); ``commits`` the same per
+step (request). Both operations are
 stateless, hence trivially idempotent. ``NoopMerger`` always succeeds likewise.
 """
 
@@ -41,7 +42,11 @@ def _uris(spec: MergeSpec) -> list[str]:
 
 
 def _success(spec: MergeSpec) -> MergeOutcome:
-    return MergeOutcome(succeeded=True, outputs=tuple(landed_sha(u) for u in _uris(spec)))
+    return MergeOutcome(
+        succeeded=True, outputs=tuple(landed_sha(u) for u in _uris(spec)),
+        commits={step.step_id: tuple(landed_sha(u) for u in step.change_uris)
+                 for step in spec.steps},
+    )
 
 
 class FakeMerger:

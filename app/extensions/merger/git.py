@@ -28,7 +28,21 @@ succeeds without pushing. A conflict is a failed outcome naming the conflicting 
 (the target untouched). A change whose pinned commit cannot be fetched any more is a
 failed outcome (stale). Git and network failures propagate (retryable).
 
-Outputs: one commit per change, in step order: the target commit holding it.
+Outputs: one commit per change, in step order: the target commit holding it (its own
+commit for ``fast_forward``; the last cherry-pick, the squash commit or the merge
+commit otherwise). ``commits`` holds the same per step (request). A change found
+already landed is looked up, so a redelivery reports the same commits: by its
+``Source-Commit`` trailer (squash), the merge commit whose parent it is (merge), the
+newest patch-equivalent commit (rebase, ``git log --cherry-mark``), or itself when it
+is an ancestor of the target; a squash with no net change reports the tip.
+
+With ``move_head_branches`` (``git.move_head_branches`` in queues.yaml), once the
+target holds the changes each change's branch (``refs/heads/...``, not the target) is
+moved to the commit its change landed as, with a lease on the pinned SHA, so the
+branch shows as merged. A branch that moved on meanwhile (or was deleted, or already
+points there) is left alone; a branch push that fails while the branch still points at
+the pinned SHA raises (retryable: the redelivered merge lands nothing twice and moves
+the branch then).
 """
 
 from __future__ import annotations
@@ -73,7 +87,18 @@ class _Refused(Exception):
 @dataclass(frozen=True, slots=True)
 class _Applied:
     tip: str
-    outputs: tuple[str, ...]
+    landed: tuple[tuple[MergeStep, GitChange, str], ...]  # (step, change, commit) in order
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return tuple(commit for _, _, commit in self.landed)
+
+    @property
+    def commits(self) -> dict[str, tuple[str, ...]]:
+        out: dict[str, tuple[str, ...]] = {}
+        for step, _, commit in self.landed:
+            out[step.step_id] = (*out.get(step.step_id, ()), commit)
+        return out
 
 
 class GitMerger:
@@ -85,8 +110,10 @@ class GitMerger:
         *,
         timeout: float = DEFAULT_TIMEOUT,
         max_push_attempts: int = MAX_PUSH_ATTEMPTS,
+        move_head_branches: bool = False,
     ) -> None:
         self.repos = dict(repos)
+        self.move_head_branches = move_head_branches
         self.target_branch = target_branch
         self.work_dir = Path(work_dir)
         self.timeout = timeout
@@ -150,10 +177,14 @@ class GitMerger:
                     )
                 except _Refused as exc:
                     return MergeOutcome(succeeded=False, reason=str(exc))
-                if not push or applied.tip == tip:
-                    return MergeOutcome(succeeded=True, outputs=applied.outputs)
-                if await self._push(mirror, tip, applied.tip):
-                    return MergeOutcome(succeeded=True, outputs=applied.outputs)
+                done = MergeOutcome(succeeded=True, outputs=applied.outputs,
+                                    commits=applied.commits)
+                if not push:
+                    return done
+                if applied.tip == tip or await self._push(mirror, tip, applied.tip):
+                    if self.move_head_branches:
+                        await self._move_heads(mirror, values, applied)
+                    return done
                 if attempt == self.max_push_attempts:
                     break
         raise TimeoutError(
@@ -177,6 +208,23 @@ class GitMerger:
             return False  # lost the race: re-apply on the new tip
         raise GitError(["push", mirror.url], res.returncode, res.stderr + res.stdout)
 
+    async def _move_heads(self, mirror: GitMirror, values: Mapping[str, str],
+                          applied: _Applied) -> None:
+        """Move each change's branch to its landed commit (lease: the pinned SHA)."""
+        for _, change, commit in applied.landed:
+            ref = change.ref
+            if (not ref.startswith("refs/heads/") or ref == self.target_ref or not commit
+                    or commit == change.sha or values.get(ref) != change.sha):
+                continue
+            res = await mirror.git(
+                "push", "--porcelain", "--quiet", f"--force-with-lease={ref}:{change.sha}",
+                "--", mirror.url, f"{commit}:{ref}", check=False,
+            )
+            if res.returncode != 0 and (
+                    await mirror.remote_refs([ref])).get(ref) == change.sha:
+                raise GitError(["push", mirror.url, f"{commit}:{ref}"], res.returncode,
+                               res.stderr + res.stdout)
+
     async def _apply(
         self, mirror: GitMirror, tip: str, steps: list[tuple[MergeStep, list[GitChange]]]
     ) -> _Applied:
@@ -192,7 +240,7 @@ class GitMerger:
         if left:
             await mirror.git("worktree", "prune", check=False)
         async with worktree(mirror, mine / uuid.uuid4().hex, tip) as wt:
-            outputs: list[str] = []
+            landed: list[tuple[MergeStep, GitChange, str]] = []
             for step, changes in steps:
                 if step.strategy is LandStrategy.FAST_FORWARD and (
                     len(steps) != 1 or len(changes) != 1
@@ -204,9 +252,10 @@ class GitMerger:
                     )
                 previous: str | None = None
                 for change in changes:
-                    outputs.append(await self._apply_change(mirror, wt, step, change, previous))
+                    commit = await self._apply_change(mirror, wt, step, change, previous)
+                    landed.append((step, change, commit))
                     previous = change.sha
-            return _Applied(tip=await head(mirror, wt), outputs=tuple(outputs))
+            return _Applied(tip=await head(mirror, wt), landed=tuple(landed))
 
     async def _apply_change(
         self, mirror: GitMirror, wt: Path, step: MergeStep, change: GitChange,
@@ -214,19 +263,23 @@ class GitMerger:
     ) -> str:
         strategy = step.strategy
         if strategy is LandStrategy.REBASE:
-            await cherry_pick(mirror, wt, change, previous)
+            if await is_ancestor(mirror, wt, change.sha, "HEAD"):
+                return change.sha
+            if not await cherry_pick(mirror, wt, change, previous):
+                return await _equivalent_on_head(mirror, wt, change) or await head(mirror, wt)
         elif strategy is LandStrategy.SQUASH_REBASE:
             found = await _squash(mirror, wt, step, change)
             if found:
                 return found
         elif strategy is LandStrategy.MERGE:
-            if not await is_ancestor(mirror, wt, change.sha, "HEAD"):
-                await git_or_conflict(
-                    mirror, wt, change,
-                    "merge", "--no-ff", "--no-edit", "--no-verify",
-                    "-m", f"Merge {change.ref} ({step.step_id})\n\nSource-Ref: {change.ref}",
-                    change.sha,
-                )
+            if await is_ancestor(mirror, wt, change.sha, "HEAD"):
+                return await _merge_commit_of(mirror, wt, change) or change.sha
+            await git_or_conflict(
+                mirror, wt, change,
+                "merge", "--no-ff", "--no-edit", "--no-verify",
+                "-m", f"Merge {change.ref} ({step.step_id})\n\nSource-Ref: {change.ref}",
+                change.sha,
+            )
         elif strategy is LandStrategy.FAST_FORWARD:
             if not await is_ancestor(mirror, wt, change.sha, "HEAD"):
                 if not await is_ancestor(mirror, wt, "HEAD", change.sha):
@@ -241,6 +294,29 @@ class GitMerger:
         return await head(mirror, wt)
 
 
+async def _equivalent_on_head(mirror: GitMirror, wt: Path, change: GitChange) -> str:
+    """The newest commit of HEAD patch-equivalent to one of the change's ("" if none)."""
+    res = await mirror.git("log", "--cherry-mark", "--right-only", "--no-merges",
+                           "--format=%m %H", f"{change.sha}...HEAD", cwd=wt)
+    for line in res.stdout.splitlines():
+        mark, _, commit = line.partition(" ")
+        if mark == "=":
+            return commit.strip()
+    return ""
+
+
+async def _merge_commit_of(mirror: GitMirror, wt: Path, change: GitChange) -> str:
+    """The oldest merge commit of HEAD with the change's commit as a parent ("" if none)."""
+    res = await mirror.git("rev-list", "--merges", "--parents", "--ancestry-path",
+                           f"{change.sha}..HEAD", cwd=wt)
+    found = ""
+    for line in res.stdout.splitlines():
+        commit, *parents = line.split()
+        if change.sha in parents[1:]:
+            found = commit
+    return found
+
+
 async def _squash(mirror: GitMirror, wt: Path, step: MergeStep, change: GitChange) -> str:
     """Squash the change onto HEAD; returns the target commit if it already landed."""
     trailer = f"Source-Commit: {change.sha}"
@@ -249,8 +325,8 @@ async def _squash(mirror: GitMirror, wt: Path, step: MergeStep, change: GitChang
         return found
     await git_or_conflict(mirror, wt, change, "merge", "--squash", "--quiet", change.sha)
     staged = await mirror.git("diff", "--cached", "--quiet", cwd=wt, check=False)
-    if staged.returncode == 0:  # no net change
-        return ""
+    if staged.returncode == 0:  # no net change: the tip holds it already
+        return await head(mirror, wt)
     info = await mirror.git("show", "-s", "--format=%s%x00%an%x00%ae%x00%aI", change.sha)
     subject, name, email, date = info.stdout.rstrip("\n").split("\x00", 3)
     message = (

@@ -1,0 +1,166 @@
+"""``conclude``'s state table, row by row (app/controllers/conclude.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from app.controllers import conclude
+from app.controllers.conclude import ConcludeController
+from app.domain.errors import InvalidState, NotFound
+from app.domain.states import BATCH_TO_REQUEST_TERMINAL, BatchState, RequestState
+from tests.conftest import BACKENDS
+from tests.support.controllers import (
+    CONTROLLER_ONLY,
+    Case,
+    Check,
+    Rig,
+    Seed,
+    StateTable,
+    crash_points,
+    run_case,
+    run_crash_repair,
+    run_redelivery,
+)
+
+B = "demo/batch/1"
+MSG = {"id": B, "queue": "demo"}
+REASON = "no speculation path could pass; every candidate build failed"
+TERMINAL = (BatchState.SUCCEEDED, BatchState.FAILED, BatchState.CANCELLED)
+LIVE = (BatchState.CREATING, BatchState.CREATED, BatchState.SPECULATING, BatchState.MERGING,
+        BatchState.CANCELLING)
+
+
+def log(n: int, status: str) -> tuple[str, str, str]:
+    return ("log", f"demo/{n}", f"demo/{n}/{status}")
+
+
+def batch_of(state: BatchState, *members: tuple[RequestState, int] | str,
+             reason: str = "") -> Seed:
+    """Batch 1 in ``state`` holding requests 1, 2, ... (``(state, version)``, or a sqid
+    with no request row)."""
+    async def seed(rig: Rig) -> None:
+        contains: list[Any] = []
+        for n, m in enumerate(members, start=1):
+            contains.append(m if isinstance(m, str) else
+                            await rig.request(n, m[0], version=m[1], last_error=""))
+        landed = {sqid: commits(sqid) for sqid in (c if isinstance(c, str) else c.id
+                                                     for c in contains)}
+        await rig.batch(1, state, contains, version=5, failure_reason=reason,
+                        landed=landed if state is BatchState.SUCCEEDED else None)
+    return seed
+
+
+def commits(sqid: str) -> tuple[str, ...]:
+    """The commit a succeeded batch recorded for ``sqid``'s one change."""
+    return (f"{int(sqid.rsplit('/', 1)[1]):040x}",)
+
+
+def requests_are(*expected: tuple[RequestState, int, str]) -> Check:
+    async def check(rig: Rig) -> None:
+        for n, (state, version, error) in enumerate(expected, start=1):
+            r = await rig.get_request(n)
+            assert (r.state, r.version, r.last_error) == (state, version, error), r
+        b = await rig.get_batch(1)
+        assert b.version == 5  # conclude never writes the batch
+    return check
+
+
+def terminal_logs(target: RequestState, version: int, error: str, *members: int) -> Check:
+    """Each member's terminal log carries its version, the reason and the batch id; a
+    ``landed`` one also the commits its batch landed it as."""
+    async def check(rig: Rig) -> None:
+        for n in members:
+            p = rig.broker.payload("log", f"demo/{n}/{target.value}")
+            metadata: dict[str, Any] = {"batch_id": B}
+            if target is RequestState.LANDED:
+                metadata["commits"] = list(commits(f"demo/{n}"))
+            assert (p["type"], p["status"], p["request_version"], p["last_error"],
+                    p["metadata"]) == ("status", target.value, version, error, metadata)
+    return check
+
+
+def both(*checks: Check) -> Check:
+    async def check(rig: Rig) -> None:
+        for c in checks:
+            await c(rig)
+    return check
+
+
+def reason_of(state: BatchState) -> str:
+    return REASON if state is BatchState.FAILED else ""
+
+
+AT = "batch ``succeeded`` / ``failed`` / ``cancelled``"
+B2 = RequestState.BATCHED, 2
+
+TABLE = StateTable(conclude, [
+    *[Case(AT, batch_of(st, B2, B2, reason=reason_of(st)), MSG, name=f"{st.value}-terminates",
+           published=[log(1, t.value), log(2, t.value)],
+           check=both(requests_are((t, 3, reason_of(st)), (t, 3, reason_of(st))),
+                      terminal_logs(t, 3, reason_of(st), 1, 2)))
+      for st, t in BATCH_TO_REQUEST_TERMINAL.items()],
+    # The message's reason (the merger's) wins over the batch's.
+    Case(AT, batch_of(BatchState.FAILED, B2, reason="the batch's reason"),
+         {**MSG, "failure_reason": "merge failed: conflict in a.py"},
+         name="failed-with-the-messages-reason", published=[log(1, "error")],
+         check=requests_are((RequestState.ERROR, 3, "merge failed: conflict in a.py"))),
+    # A merge that won a cancel's race still lands its members.
+    Case(AT, batch_of(BatchState.SUCCEEDED, (RequestState.CANCELLING, 3)), MSG,
+         name="cancelling-member-still-lands", published=[log(1, "landed")],
+         check=requests_are((RequestState.LANDED, 4, ""))),
+    *[Case(AT, batch_of(st, (t, 3), B2, reason=reason_of(st)), MSG,
+           name=f"{st.value}-member-already-there-is-repaired",
+           published=[log(1, t.value), log(2, t.value)],
+           check=both(requests_are((t, 3, ""), (t, 3, reason_of(st))),
+                      terminal_logs(t, 3, "", 1), terminal_logs(t, 3, reason_of(st), 2)))
+      for st, t in BATCH_TO_REQUEST_TERMINAL.items()],
+    Case("member already in another terminal state",
+         batch_of(BatchState.SUCCEEDED, (RequestState.CANCELLED, 3), B2), MSG,
+         name="landing-leaves-a-cancelled-member", published=[log(2, "landed")],
+         check=requests_are((RequestState.CANCELLED, 3, ""), (RequestState.LANDED, 3, ""))),
+    Case("member already in another terminal state",
+         batch_of(BatchState.FAILED, (RequestState.LANDED, 3), reason=REASON), MSG,
+         name="failing-leaves-a-landed-member", published=[], writes_nothing=True,
+         check=requests_are((RequestState.LANDED, 3, ""))),
+    Case("member missing", batch_of(BatchState.SUCCEEDED, "demo/9"), MSG,
+         name="only-member-missing", raises=NotFound, published=[]),
+    # Members are concluded in order: the ones before the missing one are terminated.
+    Case("member missing", batch_of(BatchState.SUCCEEDED, B2, "demo/9"), MSG,
+         name="second-member-missing", raises=NotFound, writes_nothing=False,
+         published=[log(1, "landed")], check=requests_are((RequestState.LANDED, 3, ""))),
+    *[Case("batch not terminal", batch_of(st, B2), MSG, name=st.value, raises=InvalidState,
+           published=[], check=requests_are((*B2, "")))
+      for st in LIVE],
+    Case("batch missing", lambda rig: rig.request(1, RequestState.BATCHED), MSG,
+         raises=NotFound, published=[]),
+])
+
+
+def test_every_documented_row_has_a_case() -> None:
+    assert TABLE.missing() == [] and TABLE.unknown() == []
+
+
+def test_the_table_covers_every_batch_state() -> None:
+    assert {*TERMINAL, *LIVE} == set(BatchState)
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+@pytest.mark.parametrize("case", TABLE.cases, ids=lambda c: c.id)
+async def test_row(rig: Rig, case: Case) -> None:
+    await run_case(rig, ConcludeController(rig.deps), "conclude", case)
+
+
+@pytest.mark.parametrize("database_url", CONTROLLER_ONLY, indirect=True)
+@pytest.mark.parametrize(("case", "crash"), crash_points(TABLE.cases),
+                         ids=lambda x: x if isinstance(x, str) else x.id)
+async def test_crash_before_publishing_is_repaired(rig: Rig, case: Case, crash: str) -> None:
+    await run_crash_repair(rig, ConcludeController(rig.deps), "conclude", case, crash)
+
+
+@pytest.mark.parametrize("database_url", CONTROLLER_ONLY, indirect=True)
+@pytest.mark.parametrize("case", [c for c in TABLE.cases if c.raises is None],
+                         ids=lambda c: c.id)
+async def test_a_duplicate_delivery_writes_nothing(rig: Rig, case: Case) -> None:
+    await run_redelivery(rig, ConcludeController(rig.deps), "conclude", case)
