@@ -37,12 +37,14 @@ from app.controllers.validate import ValidateController
 from app.db import tables
 from app.db.repos import batches as batch_repo
 from app.db.repos import changes as change_repo
+from app.db.repos import counters
+from app.db.repos import request_log as log_repo
 from app.db.repos import requests as request_repo
 from app.db.repos import speculation as spec_repo
 from app.domain import messages as m
 from app.domain.entities import Batch, LandRequest
 from app.domain.errors import VersionMismatch
-from app.domain.states import BatchState, RequestState
+from app.domain.states import BatchState, LandStrategy, RequestState
 from app.extensions.builds.fake import FakeBuildRunner
 from app.extensions.merger.fake import FakeMerger
 from app.queue import DLQ_SUFFIX, StoredMessage
@@ -683,13 +685,30 @@ async def test_a_start_that_read_no_row_loses_to_the_start_dead_letter(
 # -- land vs land of the same change -----------------------------------------------------
 
 
+async def straight_to_the_pipeline(server: Server, uri: str) -> str:
+    """A second request of ``uri`` handed to the orchestrator without an acceptance
+    claim (a gateway from before change claims, during a rolling upgrade): its summary,
+    then its ``start``, as the gateway writes them."""
+    rt = server.runtime
+    now = rt.broker.clock()
+    async with rt.db.write() as s:
+        sqid = f"{QUEUE}/{await counters.next_number(s, queue=QUEUE, domain='request')}"
+        await log_repo.create_summary(s, queue=QUEUE, request_id=sqid, change_uris=[uri],
+                                      received_at_ms=now)
+    await rt.broker.publish(m.START, m.LandRequestMsg(
+        id=sqid, queue=QUEUE, change_uris=[uri], strategy=LandStrategy.REBASE,
+        received_at_ms=now).model_dump(mode="json"), partition_key=QUEUE, message_id=sqid)
+    return sqid
+
+
 async def test_two_lands_of_one_change_land_it_once(
     database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The second land of a change arrives while the first one's validation is between
-    its duplicate check and its claim. Validation is serial per queue, so the second
-    waits for the first and finds its claim (or, where the gateway claims changes at
-    acceptance, the second is refused there): the change lands once."""
+    its duplicate check and its claim. The gateway refuses it at acceptance (it claims
+    changes there); one that reaches the orchestrator anyway waits for the first
+    validation (serial per queue), finds its claim and ends ``error``: the change
+    lands once."""
     async with serve(database_url, tmp_path, **QUIET) as server:
         uri = change("twice", files="a/x.py")
         merges = hook(monkeypatch, FakeMerger, "merge")
@@ -703,20 +722,22 @@ async def test_two_lands_of_one_change_land_it_once(
         await checking.reached()  # no other claimant: it is about to claim
         r = await server.client.post(f"/api/v1/queues/{QUEUE}/requests",
                                      json={"change_uris": [uri]})
+        if r.status_code == 409:
+            assert first in r.json()["error"]["message"], r.text
+            second = await straight_to_the_pipeline(server, uri)
+        else:  # a gateway without acceptance claims
+            assert r.status_code == 202, r.text
+            second = r.json()["sqid"]
+        assert second == f"{QUEUE}/2"
         checking.release()
         assert await server.wait_terminal(first) == "landed"
-        if r.status_code == 202:
-            second = r.json()["sqid"]
-            assert await server.wait_terminal(second) == "error"
-            assert f"duplicate of in-flight request {first}" in \
-                (await server.summary(second))["last_error"]
-            await assert_one_terminal(server, second, "error")
-            # the second validation began only after the first one returned
-            assert trace.index((second, "enter")) > trace.index((first, "return")), trace
-        else:
-            assert r.status_code == 409, r.text
-            assert first in r.text
+        assert await server.wait_terminal(second) == "error"
+        assert f"duplicate of in-flight request {first}" in \
+            (await server.summary(second))["last_error"]
         await assert_one_terminal(server, first, "landed")
+        await assert_one_terminal(server, second, "error")
+        # the second validation began only after the first one returned
+        assert trace.index((second, "enter")) > trace.index((first, "return")), trace
         landed = [u for call in merges.calls for step in call[0][1].steps
                   for u in step.change_uris]
         assert landed == [uri]
