@@ -228,6 +228,31 @@ async def test_a_cancel_arriving_while_the_merge_pushes_loses_to_the_landing(
         assert pushing.entered == 1
 
 
+async def test_a_cancel_that_read_a_merging_batch_leaves_it_to_land(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cancel read the batch ``merging`` and stalls; the merge pushes and the request
+    lands meanwhile. The cancel then has nothing to write (a merging batch owns the
+    request): no ``cancelled``, with or without the change on trunk."""
+    async with serve(database_url, tmp_path, **QUIET) as server:
+        pushing = hook(monkeypatch, FakeMerger, "merge", pause="entry")
+        sqid = await server.land(change("owned", files="a/x.py"))
+        await pushing.reached()
+        reading = hook(monkeypatch, batch_repo, "for_request", pause="exit",
+                       when=lambda *a, **kw: kw["request_id"] == sqid)
+        cancels = hook(monkeypatch, CancelController, "process")
+        assert (await server.cancel(sqid)).status_code == 202
+        await reading.reached()
+        assert (await the_batch(server, sqid)).state is BatchState.MERGING
+        pushing.release()
+        await until("landed", lambda: request_in(server, sqid, RequestState.LANDED))
+        reading.release()
+        await cancels.exited()
+        assert cancels.errors == []
+        await assert_one_terminal(server, sqid, "landed")
+        assert pushing.entered == 1
+
+
 async def test_a_cancel_that_read_a_speculating_batch_loses_to_the_merge_decision(
     database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
