@@ -1,7 +1,7 @@
 """Races below the whole app, on seeded state: two speculate runs of one queue (a lease
 lost mid-run lets a successor run beside its stale predecessor) and two folds of one
 request's log (the gateway's own ``cancelling`` beside the log consumer's terminal
-status). ``docs/races.md`` is the matrix; ``tests/e2e/test_races.py`` drives the rest
+status). ``docs/races.md`` is the matrix; ``tests/e2e/test_races*.py`` drive the rest
 on the real app.
 """
 
