@@ -36,8 +36,12 @@ The run, over every active batch (``created``/``speculating``/``merging``/``canc
 Writes: the whole plan (changed path sets, ``merging``/``failed`` transitions, grown
 dependency lists) is one transaction of conditional writes, after a recovery
 ``speculate`` message per decided batch; dispatch (``merge``, ``conclude``, ``build``
-with stable ids) follows the write. A lost race raises ``VersionMismatch`` and the
-whole run is retried from a fresh snapshot. A plan that breaks an invariant (a build
+with stable ids) follows the write. The transaction is fenced by the queue's plan
+version, read first in the snapshot and advanced by every plan written: a run whose
+snapshot predates another run's plan (a stale holder beside its successor after a
+lost lease) loses even when it would write only rows the other did not touch, so two
+runs never spend one build budget twice. A lost race raises ``VersionMismatch`` and
+the whole run is retried from a fresh snapshot. A plan that breaks an invariant (a build
 for a head that is not speculating, a terminal path rebuilt, a passed path cancelled
 without its head merging, the budget exceeded) is rejected: nothing is written, and the
 ``PlanRejected`` / ``PlanInvariantError`` (not retryable: the same snapshot plans the same
@@ -57,6 +61,7 @@ from app.controllers.common import Deps, event_log, status_log, unique_id
 from app.controllers.plan_check import check_plan
 from app.controllers.scoring import QueueScoring
 from app.db.repos import batches as batch_repo
+from app.db.repos import counters as counter_repo
 from app.db.repos import requests as request_repo
 from app.db.repos import speculation as spec_repo
 from app.domain.entities import Batch, Build, PathEntry, PathSet
@@ -83,6 +88,7 @@ class Snapshot:
     entries: dict[str, list[PathEntry]]  # as folded in this run
     links: dict[tuple[str, int], str]
     builds: dict[str, Build]
+    plan_version: int = 0  # the queue's, read before anything else (the plan's fence)
     _res: dict[str, Resolution] | None = None
 
     def active(self, *states: BatchState) -> list[Batch]:
@@ -210,6 +216,7 @@ class SpeculateController:
 
     async def _snapshot(self, queue: str) -> Snapshot:
         async with self.deps.db.read() as s:
+            plan_version = await counter_repo.plan_version(s, queue=queue)
             active = await batch_repo.list_by_states(s, queue=queue, states=ACTIVE)
             batches = {b.id: b for b in active}
             dep_ids = {d for b in active for d in b.dependencies} - set(batches)
@@ -225,7 +232,7 @@ class SpeculateController:
                           (e.id, e.attempt) in links, now) for e in ps.entries]
             for h, ps in sets.items()
         }
-        return Snapshot(queue, batches, sets, entries, links, builds)
+        return Snapshot(queue, batches, sets, entries, links, builds, plan_version)
 
     async def _finish_cancelling(self, snap: Snapshot, batch: Batch) -> None:
         now = self.deps.now()
@@ -271,10 +278,12 @@ class SpeculateController:
         if not dirty and not changed:
             return
         async with self.deps.db.write() as s:
+            await counter_repo.advance_plan(s, queue=snap.queue, seen=snap.plan_version)
             for h in dirty:
                 await self._write_set(s, snap, h)
             for bid, new in changed.items():
                 await batch_repo.update(s, old=snap.batches[bid], new=new, now_ms=now)
+        snap.plan_version += 1
         for new in changed.values():
             snap.put(new)
         if result.rebuilds or any(d.bypass for d in result.decisions):

@@ -3,6 +3,7 @@
 | Loaded state | Relative to checkpoint | Action |
 |---|---|---|
 | request missing | before | create it ``started`` (v1); log ``accepted`` (the gateway's log id, its timestamp) and ``started``; publish ``validate`` |
+| request missing when read, present at the create (the ``start_dlq`` reconciler recorded it ``error`` meanwhile) | superseded | the insert leaves that row alone; classify it as loaded (below): terminal, so only its terminal log is re-published |
 | request ``started`` | at | skip the write; replay the log and ``validate`` with the same ids |
 | request terminal | beyond | re-publish its terminal log, ack. Also how a start requeued after ``start_dlq`` reconciled it ends: that reconciler created the row in ``error`` (the start never persisted it), so the request is not resurrected |
 | any other later state | beyond | ack |
@@ -28,8 +29,10 @@ class StartController(StageController):
                 strategy=msg.strategy, state=RequestState.STARTED, version=1,
             )
             async with self.deps.db.write() as s:
-                await request_repo.create(s, request=request, now_ms=self.deps.now())
-        elif current.state is not RequestState.STARTED:
+                created = await request_repo.create(s, request=request, now_ms=self.deps.now())
+            if not created:  # another writer got there first (the start DLQ's ``error``)
+                current = await load_request(self.deps, msg.queue, msg.id)
+        if current is not None and current.state is not RequestState.STARTED:
             await repair_terminal(self.deps, current)
             return
         # ``accepted`` under the gateway's own log id: a no-op when the gateway recorded

@@ -2,7 +2,8 @@
 metadata objects are handed to Alembic (``alembic/env.py``).
 
 Ownership (enforced by which repository module may touch a table):
-- orchestrator: ``counters`` (domain ``batch``), ``requests``, ``changes``, ``batches``,
+- orchestrator: ``counters`` (domains ``batch`` and ``speculation_plan``, the plan
+  version that fences a speculate run's write), ``requests``, ``changes``, ``batches``,
   ``request_batches``, ``batch_claims``, ``path_sets``, ``builds``, ``path_builds``;
 - gateway: ``counters`` (domain ``request``), ``request_summaries``, ``request_log``,
   ``change_uri_requests``, ``change_claims``, ``idempotency_keys``;

@@ -14,6 +14,9 @@ while the test drives another path; no sleeps. Typical use::
     await gate.exited()                  # the paused call returned or raised
     assert isinstance(gate.errors[0], VersionMismatch)
 
+``Actor`` tells one task's calls of a shared function (a repository read, say) from
+the app's: ``when=actor``, and start the competing work with ``actor.start(...)``.
+
 Never pause inside a ``Database.write()`` block on SQLite: every writer of the
 process waits on that block's lock, the competing path included. Hook a function
 called between transactions (or a read), as the tests of this repository do.
@@ -22,14 +25,16 @@ called between transactions (or a read), as the tests of this repository do.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
-from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Literal, TypeVar
 
 import pytest
 
 Where = Literal["entry", "exit"]
 DEFAULT_TIMEOUT_S = 20.0
+T = TypeVar("T")
 
 
 class Gate:
@@ -48,6 +53,7 @@ class Gate:
         self.entered = 0  # matching calls that started
         self.finished = 0  # matching calls that returned or raised
         self.paused = 0  # matching calls that reached the pause
+        self.calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []  # matching calls' args
         self.results: list[Any] = []
         self.errors: list[BaseException] = []
         self._released = asyncio.Event()
@@ -98,6 +104,7 @@ class Gate:
         if self.when is not None and not self.when(*args, **kwargs):
             return await original(*args, **kwargs)
         self.entered += 1
+        self.calls.append((args, dict(kwargs)))
         self._mark("enter")
         act = self.remaining > 0
         if act:
@@ -148,3 +155,27 @@ def hook(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str, *,
 
     monkeypatch.setattr(owner, name, hooked)
     return gate
+
+
+class Actor:
+    """Tells one actor's calls of a shared function from everyone else's: the calls
+    made by a task started with ``start`` (and by the tasks it starts). Pass it as a
+    hook's ``when`` (it accepts any arguments) or call it inside one::
+
+        dlq = Actor("dlq")
+        gate = hook(monkeypatch, batch_repo, "get", pause="exit", when=dlq)
+        task = dlq.start(reconciler.reconcile(letter))  # only its read pauses
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._mine: contextvars.ContextVar[bool] = contextvars.ContextVar(
+            f"actor-{name}", default=False)
+
+    def start(self, work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        context = contextvars.copy_context()
+        context.run(self._mine.set, True)
+        return asyncio.get_running_loop().create_task(work, context=context)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> bool:
+        return self._mine.get()

@@ -32,7 +32,9 @@ build id, the batch is the build's):
 | batch (or build) missing | - | nothing to reconcile; ack (``not_found``) |
 | batch ``succeeded`` / ``cancelled`` | superseded | leave it (``left``); for ``conclude`` only, finish the fan-out it failed to do: terminate each non-terminal member with the batch's own outcome |
 | batch ``failed`` | at | keep it; re-fan-out ``error`` to every member (``repaired``) |
-| batch live (``creating`` .. ``merging``, ``cancelling``) | before | conditional write ``failed`` with the failure reason; ``error`` to every member (a ``cancelling`` one too); a ``speculate`` wake-up so the rest of the queue re-plans (``failed``) |
+| batch ``merging``, any topic but ``merge`` / ``mergesignal`` | superseded | leave it (``left``): its merge decides (a dead build poll of a sibling path must not fail a batch whose change is being pushed) |
+| batch ``merging``, ``merge`` | before | publish a ``failed`` result to ``mergesignal`` under the merge's own message id (the batch id), which fails the batch there (``failed``); if the merge already published its result under that id (it pushed, then a later attempt died), the publish is a no-op and that result decides (``left``) |
+| batch live (``creating`` .. ``speculating``, ``cancelling``; ``merging`` for ``mergesignal``) | before | conditional write ``failed`` with the failure reason; ``error`` to every member (a ``cancelling`` one too); a ``speculate`` wake-up so the rest of the queue re-plans (``failed``) |
 
 ``speculate`` fails only the batches the failure is about, never the batch the message
 happened to name (a speculate run plans the whole queue):
@@ -187,8 +189,11 @@ class BatchReconciler(Reconciler):
         ent = decode_entity(msg)
         if self.topic == m.SPECULATE:
             return await self._speculate(ent, msg)
+        if self.topic == m.MERGE:
+            return await fail_merge(self.deps, queue=ent.queue, batch_id=ent.id, msg=msg)
         return await fail_batch(self.deps, queue=ent.queue, batch_id=ent.id, msg=msg,
-                                conclude=self.topic == m.CONCLUDE)
+                                conclude=self.topic == m.CONCLUDE,
+                                leave_merging=self.topic != m.MERGESIGNAL)
 
     async def _speculate(self, ent: EntityMsg, msg: StoredMessage) -> Outcome:
         culprits = batch_subjects(msg)
@@ -246,7 +251,8 @@ class BuildReconciler(Reconciler):
                 build = await spec_repo.get_build(s, queue=ent.queue, id=ent.id)
         except NotFound:
             return Outcome("not_found", ent.id, "build does not exist")
-        return await fail_batch(self.deps, queue=ent.queue, batch_id=build.batch_id, msg=msg)
+        return await fail_batch(self.deps, queue=ent.queue, batch_id=build.batch_id, msg=msg,
+                                leave_merging=True)
 
 
 class LogReconciler(Reconciler):
@@ -365,6 +371,25 @@ async def fail_batch(
         await deps.publish(m.SPECULATE, EntityMsg(id=batch_id, queue=queue),
                            partition_key=queue, message_id=f"{batch_id}/dlq")
     return Outcome("failed", batch_id, f"batch was {batch.state}", True)
+
+
+async def fail_merge(deps: Deps, *, queue: str, batch_id: str, msg: StoredMessage) -> Outcome:
+    """``merge_dlq``: a ``merging`` batch's failure goes through ``mergesignal`` under the
+    merge's own message id, so a result the merge already published decides instead."""
+    try:
+        async with deps.db.read() as s:
+            batch = await batch_repo.get(s, queue=queue, id=batch_id)
+    except NotFound:
+        return Outcome("not_found", batch_id, "batch does not exist")
+    if batch.state is not BatchState.MERGING:
+        return await fail_batch(deps, queue=queue, batch_id=batch_id, msg=msg)
+    result = await deps.broker.publish(
+        m.MERGESIGNAL, m.ResultMsg(id=batch.id, queue=queue, outcome="failed",
+                                   reason=failure_text(msg)).model_dump(mode="json"),
+        partition_key=queue, message_id=batch.id)
+    if not result.created:
+        return Outcome("left", batch_id, "the merge already reported its outcome")
+    return Outcome("failed", batch_id, "a failed merge result was handed to mergesignal", True)
 
 
 async def _fan_out(deps: Deps, batch: Batch, target: RequestState) -> None:
