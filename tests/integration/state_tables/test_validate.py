@@ -154,7 +154,8 @@ TABLE = StateTable(validate, [
                     error_log(REJECTED))),
     # An infrastructure error is the queue's to retry: nothing is decided.
     Case(STARTED, request_in(RequestState.STARTED, provider_error=ConnectionError("down")),
-         MSG, name="provider-down-is-retried", raises=ConnectionError, published=[VALIDATING], check=claims()),
+         MSG, name="provider-down-is-retried", raises=ConnectionError, published=[VALIDATING],
+         check=claims()),
     Case("request ``started`` when read, ``cancelling`` by the time of the ``error`` write",
          cancelled_meanwhile(), MSG, raises=VersionMismatch, published=[VALIDATING],
          check=retry_finds_it_halted),
