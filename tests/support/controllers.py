@@ -15,6 +15,7 @@ after).
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import re
 from collections.abc import Awaitable, Callable, Sequence
@@ -82,11 +83,17 @@ __all__ = [  # defined here, and re-exported from doubles and seeds
 QUEUES_YAML = Path(__file__).resolve().parents[2] / "queues.yaml"
 
 
-def demo_extensions() -> QueueExtensions:
-    """The ``demo`` queue of the example queues file: fakes only."""
+@functools.cache
+def _demo_config() -> Any:
     configs = parse_queues(QUEUES_YAML.read_text(encoding="utf-8"), source=str(QUEUES_YAML),
                            base_dir=QUEUES_YAML.parent)
-    return build_extensions(configs[QUEUE])
+    return configs[QUEUE]
+
+
+def demo_extensions() -> QueueExtensions:
+    """The ``demo`` queue of the example queues file: fakes only (fresh ones each time;
+    the file is read once)."""
+    return build_extensions(_demo_config())
 
 
 @dataclass
@@ -230,10 +237,14 @@ class Rig:
     async def snapshot(self) -> dict[str, list[str]]:
         """Every row of every application table (the queue's tables are the broker's,
         which is recorded instead)."""
+        every = tables.metadata.sorted_tables
         out: dict[str, list[str]] = {}
         async with self.db.read() as s:
-            for table in tables.metadata.sorted_tables:
-                rows = (await s.execute(sa.select(table))).all()
+            counts = (await s.execute(sa.select(*[  # one query; rows only where there are
+                sa.select(sa.func.count()).select_from(t).scalar_subquery().label(t.name)
+                for t in every]))).one()
+            for table, n in zip(every, counts, strict=True):
+                rows = (await s.execute(sa.select(table))).all() if n else []
                 out[table.name] = sorted(repr(tuple(r)) for r in rows)
         return out
 

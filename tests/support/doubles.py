@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.domain.entities import RequestLog, RequestSummary
-from app.queue import LeaseLost, Outgoing, StoredMessage
+from app.queue import LeaseLost, Outgoing, PublishResult, StoredMessage
 
 NOW_MS = 1_700_000_000_000
 QUEUE = "demo"
@@ -73,9 +73,13 @@ class RecordingBroker:
             raise SimulatedCrash(f"crashed before publishing to {topic}")
 
     async def publish(self, topic: str, payload: Any, *, partition_key: str,
-                      message_id: str, **_: Any) -> None:
+                      message_id: str, **_: Any) -> PublishResult:
+        """Recorded every time; ``created`` as the queue says it (a key seen before
+        stores nothing)."""
         self._check(topic)
+        created = (topic, partition_key, message_id) not in self.keys()
         self.published.append(Published(topic, partition_key, message_id, payload))
+        return PublishResult(seq=await self.latest_seq(), created=created)
 
     async def publish_many(self, batch: Sequence[Outgoing]) -> None:
         for o in batch:
