@@ -7,7 +7,9 @@ v2) while a cancel has already made it ``cancelling`` (v3).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
+from typing import Any
 from unittest import mock
 
 import pytest
@@ -16,6 +18,7 @@ from app.controllers import validate
 from app.controllers.validate import ValidateController
 from app.db.repos import changes as change_repo
 from app.db.repos import requests as request_repo
+from app.domain.entities import LandRequest
 from app.domain.errors import NotFound, VersionMismatch
 from app.domain.states import RequestState
 from tests.conftest import BACKENDS
@@ -62,13 +65,23 @@ def request_in(state: RequestState, *, version: int = 2, uri: str = URI,
 
 
 def cancelled_meanwhile() -> Seed:
-    """Request 1 is ``cancelling`` (v3) in the database, but ``validate`` reads the copy
-    from before the cancel (``started``, v2)."""
+    """Request 1 is ``cancelling`` (v3) in the database, but ``validate``'s read returned
+    the copy from before the cancel (``started``, v2); later reads see the cancel."""
     async def seed(rig: Rig) -> None:
         req = await rig.request(1, RequestState.CANCELLING, version=3, uris=(REJECTED,))
-        rig.stack.enter_context(mock.patch.object(request_repo, "get", new=mock.AsyncMock(
-            return_value=replace(req, state=RequestState.STARTED, version=2))))
+        stale = replace(req, state=RequestState.STARTED, version=2)
+        rig.stack.enter_context(mock.patch.object(
+            request_repo, "get", new=FirstReadStale(request_repo.get, stale)))
     return seed
+
+
+class FirstReadStale:
+    def __init__(self, real: Callable[..., Awaitable[LandRequest]], stale: LandRequest) -> None:
+        self.real, self.stale, self.calls = real, stale, 0
+
+    async def __call__(self, session: Any, **kwargs: Any) -> LandRequest:
+        self.calls += 1
+        return self.stale if self.calls == 1 else await self.real(session, **kwargs)
 
 
 def claims(*owners: str, uri: str = URI) -> Check:
