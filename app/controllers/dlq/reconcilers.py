@@ -68,13 +68,7 @@ from typing import Any
 
 from pydantic import ValidationError as PydanticValidationError
 
-from app.controllers.common import (
-    Deps,
-    load_request,
-    repair_terminal,
-    terminate_request,
-    unique_id,
-)
+from app.controllers.common import Deps, load_request, repair_terminal, terminate_request, unique_id
 from app.db.engine import Database
 from app.db.repos import batches as batch_repo
 from app.db.repos import requests as request_repo
