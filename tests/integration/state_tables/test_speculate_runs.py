@@ -3,6 +3,8 @@ queue's message sequence, and plan errors. The queue is seeded as in ``test_spec
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
 from unittest import mock
 
 import pytest
@@ -10,7 +12,10 @@ import pytest
 from app.controllers import speculate
 from app.controllers.plan_check import PlanRejected
 from app.controllers.speculate import SpeculateController
+from app.db.repos import batches as batch_repo
 from app.domain.entities import PathEntry
+from app.domain.errors import VersionMismatch
+from app.domain.states import BuildStatus, PathStatus
 from app.speculation.planner import Plan, PlanInvariantError
 from tests.conftest import BACKENDS
 from tests.integration.state_tables.test_speculate import (
@@ -130,3 +135,23 @@ async def test_a_planner_invariant_error_is_given_the_queue(rig: Rig) -> None:
     assert err.value.queue == "demo"
     assert err.value.subjects[-1] == {"type": "queue", "id": "demo"}
     assert rig.broker.keys() == []
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+async def test_a_lost_race_writes_nothing_of_the_plan(rig: Rig) -> None:
+    """The run read batch 1 at v1, but another writer (a cancel) moved it to v2 since:
+    the plan's conditional write loses and the whole transaction rolls back; only the
+    recovery wake-up, published before the write, went out."""
+    await queue(B(1, SPEC, entries=(E(P1, PathStatus.BUILDING, BuildStatus.SUCCEEDED),)))(rig)
+    real = batch_repo.list_by_states
+
+    async def stale(session: Any, **kwargs: Any) -> Any:
+        return [replace(b, version=1) for b in await real(session, **kwargs)]
+
+    before = await rig.snapshot()
+    with mock.patch.object(batch_repo, "list_by_states", new=stale), \
+            pytest.raises(VersionMismatch):
+        await SpeculateController(rig.deps).process(deliver(1, seq=1))
+    assert await rig.snapshot() == before
+    assert [topic for topic, _, _ in rig.broker.keys("speculate")] == ["speculate"]
+    assert len(rig.broker.published) == 1
