@@ -9,7 +9,8 @@ controller only creates the ``Build`` row and the write-once (path, attempt) lin
 | no path set, no entry, or another attempt | superseded | ack |
 | entry ``pending``, no link | before | trigger the build (base = the path's ``succeeds`` dependencies' changes, then the head's); store it ``accepted``; link it (a concurrent trigger that linked first wins: both builds are signalled, the loser is cancelled as unwanted); publish ``buildsignal`` |
 | entry ``pending``, no link, trigger already sent (a redelivery after a lost reply, a retryable error, or a crash before the link) | before | the same: the request names the same (queue, path, attempt, batch creation time), so a runner with external builds (webhook) derives the same build id, resends the same ``Idempotency-Key`` (or nothing, once CI reported) and starts no second job; the create and the link are insert-if-absent |
-| entry live, link exists | at | re-signal the linked build (same id) |
+| entry live, link exists | at | re-signal the linked build (same id), then every live build of the same (path, attempt) the link does not hold (a race's loser whose signal a crash lost: else nothing would poll or cancel it) |
+| entry ``building`` / ``cancelling``, no link | superseded | ack (only a ``pending`` entry is triggered; ``speculate`` moved this one on) |
 | entry terminal | beyond | ack |
 | batch missing | invalid | raise ``NotFound`` |
 
@@ -46,6 +47,7 @@ class BuildController(StageController):
             return
         if linked is not None:
             await self._signal(q, linked)
+            await self._signal_losers(q, batch.id, msg, linked)
             return
         if entry.status is not PathStatus.PENDING:
             return
@@ -74,6 +76,15 @@ class BuildController(StageController):
         return BuildRequest(queue=batch.queue, batch_id=batch.id, path_id=msg.path_id,
                             attempt=msg.attempt, base_changes=base_changes,
                             head_changes=head_changes, batch_created_at_ms=batch.created_at_ms)
+
+    async def _signal_losers(self, queue: str, batch_id: str, msg: BuildMsg,
+                             holder: str) -> None:
+        async with self.deps.db.read() as s:
+            builds = await spec_repo.builds_of(s, queue=queue, batch_id=batch_id,
+                                               path_id=msg.path_id, attempt=msg.attempt)
+        for b in builds:
+            if b.id != holder and not b.status.terminal:
+                await self._signal(queue, b.id)
 
     async def _signal(self, queue: str, build_id: str) -> None:
         await self.deps.publish(BUILDSIGNAL, EntityMsg(id=build_id, queue=queue),

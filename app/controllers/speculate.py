@@ -19,9 +19,11 @@ Pre-step on the message's batch:
 
 | Loaded state | Relative to checkpoint | Action |
 |---|---|---|
-| batch terminal, some member not terminal | at | re-publish ``conclude`` (repair) |
+| batch terminal, some member not terminal | at | re-publish ``conclude`` (repair, a unique id: whichever stage concluded it, its conclusion did not finish) |
+| batch terminal, every member terminal | beyond | nothing |
 | batch ``created`` | before | admit: log ``speculating`` per member, conditional write ``speculating`` |
-| batch ``merging`` | at | re-dispatch the merge (``speculated`` logs + ``merge``, same ids) |
+| batch ``merging`` | at | re-dispatch the merge (``speculated`` logs + ``merge``, same ids). The replayed log names only the batch: which path the run merged on (and a bypass's details) is not stored, so it is missing from the history when a crash lost the run's own log; else the queue keeps the run's |
+| batch ``creating`` / ``speculating`` / ``cancelling`` | - | nothing; the run decides |
 | batch missing | invalid | raise ``NotFound`` |
 
 The run, over every active batch (``created``/``speculating``/``merging``/``cancelling``):

@@ -108,11 +108,14 @@ _BUILD_TO_PATH = {
 
 
 def cancel(entry: PathEntry, *, linked: bool, now: int) -> PathEntry:
-    """Stop a live path: ``cancelling`` until its build ends (``cancelled`` if none)."""
+    """Stop a live path: ``cancelling`` until its build ends (``cancelled`` if none). An
+    entry already ``cancelling`` is returned as it is (not re-stamped: a cancelling
+    batch waiting for its builds is not rewritten by every run)."""
     if entry.status.terminal:
         return entry
     status = PathStatus.CANCELLING if linked else PathStatus.CANCELLED
-    return replace(entry, status=status, updated_at_ms=now)
+    return entry if status is entry.status else replace(entry, status=status,
+                                                        updated_at_ms=now)
 
 
 def likely_path(head: Batch, res: Mapping[str, Resolution]) -> SpeculationPath:

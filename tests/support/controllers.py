@@ -1,54 +1,24 @@
-"""Controllers below the whole app: a real migrated database, a broker that records what
-is published, a delivery that records holds, and the queue's fakes as extensions (each
-seam wrapped in a ``Scripted`` recorder a case can give a chosen outcome or error).
+"""Controllers below the whole app (the world: ``tests.support.rig``), and their
+docstring state tables made executable.
 
 ``StateTable`` makes a controller module's docstring state table executable: every row
-of every table whose header starts with ``Loaded state`` (or another header named) must
-be covered by a ``Case`` (``StateTable.missing()`` lists the rows that are not), and each
-case seeds one durable state, runs the controller once and checks its outcome, its writes
-and the messages it published (topic, partition key and message id). A case that raises
-also asserts that nothing was written (every table compared before and after).
+of every table whose header starts with ``Loaded state`` or ``Dead letter`` (or another
+header named) must be covered by a ``Case`` (``StateTable.missing()`` lists the rows
+that are not), and each case seeds one durable state, runs the controller once and
+checks its outcome, its writes and the messages it published (topic, partition key and
+message id; ``unique(base)`` stands for a ``unique_id(base)``, ``<base>@<16 hex>``). A
+case that raises also asserts that nothing was written (every table compared before and
+after).
 """
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import re
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
-import sqlalchemy as sa
-
-from app.controllers.common import Deps
-from app.db import tables
-from app.db.engine import Database
-from app.db.repos import batches as batch_repo
-from app.db.repos import changes as change_repo
-from app.db.repos import request_log as log_repo
-from app.db.repos import requests as request_repo
-from app.db.repos import speculation as spec_repo
-from app.domain.entities import (
-    Batch,
-    Build,
-    ChangeDetails,
-    LandRequest,
-    PathEntry,
-    PathSet,
-    RequestLog,
-    RequestSummary,
-)
-from app.domain.queue_config import parse_queues
-from app.domain.states import (
-    BatchState,
-    BuildStatus,
-    LandStrategy,
-    RequestState,
-)
-from app.extensions.base import QueueExtensions
-from app.extensions.factory import build_extensions
 from tests.support.doubles import (
     NOW_MS,
     QUEUE,
@@ -60,6 +30,7 @@ from tests.support.doubles import (
     Scripted,
     SimulatedCrash,
 )
+from tests.support.rig import Rig, demo_extensions, make_rig
 from tests.support.seeds import (
     batch_id,
     change_uri,
@@ -69,183 +40,33 @@ from tests.support.seeds import (
     status_entry,
 )
 
-__all__ = [  # defined here, and re-exported from doubles and seeds
+__all__ = [  # defined here, and re-exported from doubles, rig and seeds
     "CONTROLLER_ONLY", "NOW_MS", "QUEUE", "STATE_HEADERS", "UNCHECKED", "Case", "Check",
     "FakeDelivery", "Published", "RecordingBroker", "RecordingMetrics", "Rig", "Scripted",
     "Seed", "SimulatedCrash", "StateTable", "batch_id", "change_uri", "crash_points",
     "demo_extensions", "documented_rows", "entry", "event_entry", "make_rig", "path",
-    "run_case", "run_crash_repair", "run_redelivery", "status_entry",
+    "run_case", "run_crash_repair", "run_redelivery", "status_entry", "unique",
 ]
-
-QUEUES_YAML = Path(__file__).resolve().parents[2] / "queues.yaml"
-
-
-def demo_extensions() -> QueueExtensions:
-    """The ``demo`` queue of the example queues file: fakes only."""
-    configs = parse_queues(QUEUES_YAML.read_text(encoding="utf-8"), source=str(QUEUES_YAML),
-                           base_dir=QUEUES_YAML.parent)
-    return build_extensions(configs[QUEUE])
-
-
-@dataclass
-class Rig:
-    """A controller's world: database, recording broker and the deps that join them.
-
-    ``ext`` is the demo queue's extensions with every seam wrapped in ``Scripted``
-    (``rig.seam("merger").script(check=...)``; ``rig.seam("runner").called("cancel")``).
-    ``stack`` undoes what a case patched when the rig closes.
-    """
-
-    db: Database
-    broker: RecordingBroker
-    deps: Deps
-    ext: QueueExtensions
-    metrics: RecordingMetrics
-    stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
-
-    def seam(self, name: str) -> Scripted:
-        wrapped = getattr(self.ext, name)
-        assert isinstance(wrapped, Scripted), name
-        return wrapped
-
-    def calls(self) -> dict[str, list[str]]:
-        """Methods called on each seam, in order (seams never called are left out)."""
-        out = {n: [m for m, _ in self.seam(n).calls] for n in SEAMS}
-        return {n: ms for n, ms in out.items() if ms}
-
-    async def aclose(self) -> None:
-        self.stack.close()
-        await self.db.dispose()
-
-    # --- orchestrator seeds ---------------------------------------------------------
-
-    async def request(self, n: int, state: RequestState, *, version: int = 1,
-                      uris: tuple[str, ...] | None = None, last_error: str = "") -> LandRequest:
-        req = LandRequest(queue=QUEUE, id=f"{QUEUE}/{n}",
-                          change_uris=uris or (change_uri(n),),
-                          strategy=LandStrategy.REBASE, state=state, version=version,
-                          last_error=last_error)
-        async with self.db.write() as s:
-            await request_repo.create(s, request=req, now_ms=self.broker.now_ms)
-        return req
-
-    async def batch(self, n: int, state: BatchState, contains: Sequence[LandRequest | str], *,
-                    version: int = 1, dependencies: tuple[str, ...] = (),
-                    failure_reason: str = "",
-                    landed: dict[str, tuple[str, ...]] | None = None) -> Batch:
-        batch = Batch(queue=QUEUE, id=batch_id(n),
-                      contains=tuple(r if isinstance(r, str) else r.id for r in contains),
-                      dependencies=dependencies, state=state, version=version,
-                      failure_reason=failure_reason, landed=dict(landed or {}))
-        async with self.db.write() as s:
-            await batch_repo.create(s, batch=batch, now_ms=self.broker.now_ms)
-        return batch
-
-    async def path_set(self, n: int, entries: Sequence[PathEntry], *,
-                       version: int = 1) -> PathSet:
-        """Store batch ``n``'s path set (``path(n)`` makes a path for it)."""
-        new = PathSet(queue=QUEUE, head=batch_id(n), entries=tuple(entries), version=version)
-        async with self.db.write() as s:
-            await spec_repo.save_path_set(s, old=replace(new, version=0), new=new)
-        return new
-
-    async def build(self, build_id: str, n: int, status: BuildStatus, *, path_id: str,
-                    attempt: int = 1, version: int = 1, log_url: str = "",
-                    link: bool = True) -> Build:
-        """A build of batch ``n``'s path, linked to its (path, attempt) unless ``link``
-        is False."""
-        build = Build(queue=QUEUE, id=build_id, batch_id=batch_id(n), path_id=path_id,
-                      attempt=attempt, status=status, version=version, log_url=log_url)
-        async with self.db.write() as s:
-            await spec_repo.create_build(s, build=build, now_ms=self.broker.now_ms)
-            if link:
-                await spec_repo.link(s, queue=QUEUE, path_id=path_id, attempt=attempt,
-                                     build_id=build_id)
-        return build
-
-    async def link(self, path_id: str, attempt: int, build_id: str) -> None:
-        async with self.db.write() as s:
-            await spec_repo.link(s, queue=QUEUE, path_id=path_id, attempt=attempt,
-                                 build_id=build_id)
-
-    async def claim(self, n: int, uris: Sequence[str]) -> None:
-        """Request ``n`` claims the change URIs (details: no author, no files)."""
-        async with self.db.write() as s:
-            await change_repo.claim(s, queue=QUEUE, request_id=f"{QUEUE}/{n}",
-                                    details=[ChangeDetails(uri=u) for u in uris],
-                                    now_ms=self.broker.now_ms)
-
-    async def get_request(self, n: int) -> LandRequest:
-        async with self.db.read() as s:
-            return await request_repo.get(s, queue=QUEUE, id=f"{QUEUE}/{n}")
-
-    async def get_batch(self, n: int) -> Batch:
-        async with self.db.read() as s:
-            return await batch_repo.get(s, queue=QUEUE, id=batch_id(n))
-
-    async def get_build(self, build_id: str) -> Build:
-        async with self.db.read() as s:
-            return await spec_repo.get_build(s, queue=QUEUE, id=build_id)
-
-    # --- gateway seeds --------------------------------------------------------------
-
-    async def summary(self, n: int, status: str = "accepted", *, request_version: int = 0,
-                      at_ms: int = NOW_MS - 10_000, received_at_ms: int = NOW_MS - 60_000,
-                      last_error: str = "") -> RequestSummary:
-        """Request ``n``'s gateway summary: ``accepting`` at version 1, or (any other
-        status) that status folded on top at version 2. No history row is stored."""
-        async with self.db.write() as s:
-            summary = await log_repo.create_summary(
-                s, queue=QUEUE, request_id=f"{QUEUE}/{n}", change_uris=[f"uri-{n}"],
-                received_at_ms=received_at_ms)
-            if status != log_repo.ACCEPTING:
-                folded = status_entry(n, status, at_ms=at_ms, request_version=request_version,
-                                      last_error=last_error)
-                summary = await log_repo.update_summary_status(s, summary=summary, entry=folded)
-        return summary
-
-    async def history_row(self, entry: RequestLog) -> None:
-        async with self.db.write() as s:
-            await log_repo.append_log(s, entry=entry)
-
-    async def get_summary(self, n: int) -> RequestSummary | None:
-        async with self.db.read() as s:
-            return await log_repo.find_summary(s, queue=QUEUE, request_id=f"{QUEUE}/{n}")
-
-    async def history(self, n: int) -> list[RequestLog]:
-        async with self.db.read() as s:
-            return await log_repo.history(s, queue=QUEUE, request_id=f"{QUEUE}/{n}")
-
-    # --- everything -----------------------------------------------------------------
-
-    async def snapshot(self) -> dict[str, list[str]]:
-        """Every row of every application table (the queue's tables are the broker's,
-        which is recorded instead)."""
-        out: dict[str, list[str]] = {}
-        async with self.db.read() as s:
-            for table in tables.metadata.sorted_tables:
-                rows = (await s.execute(sa.select(table))).all()
-                out[table.name] = sorted(repr(tuple(r)) for r in rows)
-        return out
-
-
-def make_rig(database_url: str, extensions: QueueExtensions | None = None) -> Rig:
-    db = Database(database_url)
-    broker = RecordingBroker()
-    base = extensions or demo_extensions()
-    wrapped: dict[str, Any] = {n: Scripted(getattr(base, n)) for n in SEAMS}
-    ext = replace(base, **wrapped)
-    metrics = RecordingMetrics()
-    deps = Deps(db=db, broker=broker, extensions=lambda _q: ext,  # type: ignore[arg-type]
-                metrics=metrics)
-    return Rig(db=db, broker=broker, deps=deps, ext=ext, metrics=metrics)
 
 
 # --- executable state tables ---------------------------------------------------------
 
 
 _ROW = re.compile(r"^\|(.+)\|\s*$")
-STATE_HEADERS = ("Loaded state",)
+STATE_HEADERS = ("Loaded state", "Dead letter")
+UNIQUE = "@<unique>"
+_UNIQUE_ID = re.compile(r"@[0-9a-f]{16}$")
+
+
+def unique(base: str) -> str:
+    """An expected message id made by ``unique_id(base)`` (a hand-off that must not be
+    deduplicated): any ``<base>@<16 hex>`` matches it."""
+    return base + UNIQUE
+
+
+def _expected(keys: Sequence[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    """Published keys as a case names them: each unique id as ``unique(base)``."""
+    return [(t, k, _UNIQUE_ID.sub(UNIQUE, i)) for t, k, i in keys]
 
 
 def documented_rows(documented: Any, headers: Sequence[str] = STATE_HEADERS) -> list[str]:
@@ -283,7 +104,11 @@ class Case:
     (None: not checked); ``held`` the hold in ms the delivery asked for (None: no hold);
     ``returns`` what ``process`` returns (unchecked by default); ``writes_nothing``
     asserts that no table changed (default: when the row raises); ``check`` asserts the
-    writes; ``delivery`` are extra ``FakeDelivery`` arguments.
+    writes; ``delivery`` are extra ``FakeDelivery`` arguments; ``repaired_as``, per crash
+    topic, the keys the crashed run and its redelivery publish between them when the
+    redelivery repairs the fan-out under other ids (default: ``published``);
+    ``replays_differ``, message ids the row documents a replay of as carrying another
+    payload (the queue keeps the first one published).
     """
 
     row: str
@@ -297,6 +122,8 @@ class Case:
     writes_nothing: bool | None = None
     check: Check | None = None
     delivery: dict[str, Any] = field(default_factory=dict)
+    repaired_as: dict[str, Sequence[tuple[str, str, str]]] = field(default_factory=dict)
+    replays_differ: Sequence[str] = ()
 
     @property
     def id(self) -> str:
@@ -345,7 +172,7 @@ async def run_case(rig: Rig, controller: Any, topic: str, case: Case) -> FakeDel
     else:
         result = await controller.process(delivery)
     if case.published is not None:
-        assert rig.broker.keys() == list(case.published), rig.broker.keys()
+        assert _expected(rig.broker.keys()) == list(case.published), rig.broker.keys()
     assert delivery.held_ms == case.held, delivery.held_ms
     if case.returns is not UNCHECKED:
         assert result == case.returns, result
@@ -373,9 +200,12 @@ async def run_crash_repair(rig: Rig, controller: Any, topic: str, case: Case,
                            crash_topic: str) -> None:
     """Seed; deliver, dying before the first publish to ``crash_topic``; deliver again
     (attempt 2). Between them the two runs must publish exactly the case's keys (a key
-    twice only with the same payload: the queue keeps the first) and leave the case's
-    writes. The case's check sees the extension calls of the first run (the ones a
-    clean run makes: controllers call extensions before they publish)."""
+    twice only with the same payload: the queue keeps the first; a unique id may be
+    minted by each run) and leave the case's writes. The case's check sees, per seam,
+    the calls of the first run, or the redelivery's when the first died before calling
+    that seam (the calls a clean run makes: a controller calls an extension before it
+    publishes, or, when it announces first, as ``merge`` does, the redelivery makes the
+    call the first never reached)."""
     import pytest
 
     seeded = await case.seed(rig)
@@ -386,12 +216,15 @@ async def run_crash_repair(rig: Rig, controller: Any, topic: str, case: Case,
     calls = {n: list(rig.seam(n).calls) for n in SEAMS}
     await controller.process(FakeDelivery(topic, payload, **{**case.delivery, "attempt": 2}))
     for n, seen in calls.items():
-        rig.seam(n).calls = seen
+        if seen:  # else the redelivery's calls stay
+            rig.seam(n).calls = seen
     assert case.published is not None
-    assert set(rig.broker.keys()) == set(case.published), rig.broker.keys()
+    expected = case.repaired_as.get(crash_topic, case.published)
+    assert set(_expected(rig.broker.keys())) == set(expected), rig.broker.keys()
     first: dict[tuple[str, str, str], Published] = {}
     for p in rig.broker.published:
-        assert first.setdefault(p.key, p).payload == p.payload, f"{p.key} replayed changed"
+        assert first.setdefault(p.key, p).payload == p.payload or \
+            p.message_id in case.replays_differ, f"{p.key} replayed changed"
     rig.broker.published = list(first.values())
     if case.check is not None:
         await case.check(rig)
@@ -407,4 +240,5 @@ async def run_redelivery(rig: Rig, controller: Any, topic: str, case: Case) -> N
                                           **{**case.delivery, "attempt": 2}))
     assert await rig.snapshot() == after, "a duplicate delivery must write nothing"
     for p in rig.broker.published:
-        assert first.setdefault(p.key, p.payload) == p.payload, f"{p.key} replayed changed"
+        assert first.setdefault(p.key, p.payload) == p.payload or \
+            p.message_id in case.replays_differ, f"{p.key} replayed changed"

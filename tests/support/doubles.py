@@ -1,5 +1,6 @@
 """Test doubles of a controller's world: a broker that records what is published (with
-a fixed clock), a delivery that records holds, extensions a case can script, and a
+a fixed clock and the queue's message sequence), a delivery that records holds and
+lease checks (and can have lost its lease), extensions a case can script, and a
 metrics observer that keeps what it was told.
 
 ``Scripted`` wraps one seam of the demo queue's fakes: every call is recorded, and a
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.domain.entities import RequestLog, RequestSummary
-from app.queue import Outgoing, StoredMessage
+from app.queue import LeaseLost, Outgoing, PublishResult, StoredMessage
 
 NOW_MS = 1_700_000_000_000
 QUEUE = "demo"
@@ -46,15 +47,22 @@ class RecordingBroker:
 
     ``crash_before(topic)`` makes the next publish to ``topic`` raise ``SimulatedCrash``
     instead (what was written before it stays written): redeliver to test the repair.
+
+    ``latest_seq()`` is the queue's highest message number: ``stored_seq`` (the messages
+    stored before the case, the delivered one included) plus one per message published.
     """
 
-    def __init__(self, now_ms: int = NOW_MS) -> None:
+    def __init__(self, now_ms: int = NOW_MS, stored_seq: int = 1) -> None:
         self.now_ms = now_ms
+        self.stored_seq = stored_seq
         self.published: list[Published] = []
         self._crash: set[str] = set()
 
     def clock(self) -> int:
         return self.now_ms
+
+    async def latest_seq(self) -> int:
+        return self.stored_seq + len(self.published)
 
     def crash_before(self, topic: str) -> None:
         self._crash.add(topic)
@@ -65,9 +73,13 @@ class RecordingBroker:
             raise SimulatedCrash(f"crashed before publishing to {topic}")
 
     async def publish(self, topic: str, payload: Any, *, partition_key: str,
-                      message_id: str, **_: Any) -> None:
+                      message_id: str, **_: Any) -> PublishResult:
+        """Recorded every time; ``created`` as the queue says it (a key seen before
+        stores nothing)."""
         self._check(topic)
+        created = (topic, partition_key, message_id) not in self.keys()
         self.published.append(Published(topic, partition_key, message_id, payload))
+        return PublishResult(seq=await self.latest_seq(), created=created)
 
     async def publish_many(self, batch: Sequence[Outgoing]) -> None:
         for o in batch:
@@ -91,15 +103,23 @@ class RecordingBroker:
 
 
 class FakeDelivery:
-    """What a controller sees of one delivery; ``hold`` is recorded, not performed."""
+    """What a controller sees of one delivery; ``hold`` is recorded, not performed.
+
+    ``ensure_held()`` counts its calls (``lease_checks``) and, with ``lease_lost``,
+    raises ``LeaseLost`` as a holder whose lease lapsed would. ``payload_json``: the
+    stored text instead of ``payload`` encoded (a payload that is not JSON)."""
 
     def __init__(self, topic: str, payload: Any, *, message_id: str = "m-1",
                  partition_key: str = QUEUE, attempt: int = 1, seq: int = 1,
-                 published_at_ms: int = NOW_MS, failure: dict[str, Any] | None = None) -> None:
+                 published_at_ms: int = NOW_MS, failure: dict[str, Any] | None = None,
+                 lease_lost: bool = False, payload_json: str | None = None) -> None:
         failure = failure or {}
+        self.lease_lost = lease_lost
+        self.lease_checks = 0
         self.message = StoredMessage(
             seq=seq, topic=topic, partition_key=partition_key, message_id=message_id,
-            payload_json=json.dumps(payload), metadata={}, published_at_ms=published_at_ms,
+            payload_json=json.dumps(payload) if payload_json is None else payload_json,
+            metadata={}, published_at_ms=published_at_ms,
             original_topic=failure.get("original_topic"),
             failure_count=failure.get("failure_count"), last_error=failure.get("last_error"),
             failure_detail=failure.get("failure_detail"), failed_at_ms=failure.get("failed_at_ms"))
@@ -128,6 +148,11 @@ class FakeDelivery:
 
     def hold(self, ms: int) -> None:
         self.held_ms = ms
+
+    async def ensure_held(self) -> None:
+        self.lease_checks += 1
+        if self.lease_lost:
+            raise LeaseLost(f"the lease of message {self.message_id!r} was lost")
 
 
 class Scripted:

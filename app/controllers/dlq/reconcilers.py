@@ -29,9 +29,10 @@ build id, the batch is the build's):
 
 | Loaded state | Relative to checkpoint | Action |
 |---|---|---|
+| payload names no batch or build (no string ``id`` and ``queue``) | invalid | raise ``Undecodable`` (stays in the DLQ, visible) |
 | batch (or build) missing | - | nothing to reconcile; ack (``not_found``) |
-| batch ``succeeded`` / ``cancelled`` | superseded | leave it (``left``); for ``conclude`` only, finish the fan-out it failed to do: terminate each non-terminal member with the batch's own outcome |
-| batch ``failed`` | at | keep it; re-fan-out ``error`` to every member (``repaired``) |
+| batch ``succeeded`` / ``cancelled`` | superseded | leave it (``left``); for ``conclude`` only, finish the fan-out it failed to do: terminate each non-terminal member with the batch's own outcome, as ``conclude`` does (its reason; a ``landed`` log carries the member's commits) |
+| batch ``failed`` | at | keep it; re-fan-out ``error`` to every member and re-publish the ``speculate`` wake-up (same id) (``repaired``): the reconciliation that failed it may have died before either |
 | batch ``merging``, any topic but ``merge`` / ``mergesignal`` | superseded | leave it (``left``): its merge decides (a dead build poll of a sibling path must not fail a batch whose change is being pushed) |
 | batch ``merging``, ``merge`` | before | publish a ``failed`` result to ``mergesignal`` under the merge's own message id (the batch id), which fails the batch there (``failed``); if the merge already published its result under that id (it pushed, then a later attempt died), the publish is a no-op and that result decides (``left``) |
 | batch live (``creating`` .. ``speculating``, ``cancelling``; ``merging`` for ``mergesignal``) | before | conditional write ``failed`` with the failure reason; ``error`` to every member (a ``cancelling`` one too); a ``speculate`` wake-up so the rest of the queue re-plans (``failed``) |
@@ -41,14 +42,17 @@ happened to name (a speculate run plans the whole queue):
 
 | Dead letter | Action |
 |---|---|
-| failure ``subjects`` name batches (``PlanRejected`` / ``PlanInvariantError``: the offending heads) | each one as a batch above, with its own subject's reason (a ``merging`` one is left: its merge decides); when any changed, a ``speculate`` run (unique id) for the queue's oldest active batch (``failed``) |
+| failure ``subjects`` name batches (``PlanRejected`` / ``PlanInvariantError``: the offending heads) | each one as a batch above, with its own subject's reason (a ``merging`` one is left: its merge decides); when any changed or was already failed (a reconciliation that failed it may have died before waking the queue), a ``speculate`` run (unique id) for the queue's oldest active batch (``failed``) |
 | no batch subject, the error was not retryable (a bug, a poison payload) | fail nothing; raise ``Unattributed`` (``park = True``): parked in ``speculate_dlq`` for an operator, counted by ``submitqueue_queue_dlq_parked`` |
 | no batch subject, retryable attempts exhausted (the database was away) | fail nothing; log a warning and ack (``unattributed``); the next wake-up or the periodic resync re-plans |
 
-``log`` (gateway): a decodable ``LogMsg`` is persisted through the materializer
-(``persist_log``; ``persisted``); its errors propagate and are retried with backoff,
-except a request the gateway has no summary of (it records every request it accepts
-before anything logs for it, so no retry helps): ``Undecodable``, parked.
+``log`` (gateway):
+
+| Dead letter | Action |
+|---|---|
+| a ``LogMsg`` of a request the gateway has a summary of | persist it through the materializer (``persist_log``; ``persisted``); its errors propagate and are retried with backoff |
+| a ``LogMsg`` of a request the gateway has no summary of | raise ``Undecodable``, parked: the gateway records every request it accepts before anything logs for it, so no retry helps |
+| not a ``LogMsg`` (not JSON, or not a log entry) | raise ``Undecodable``, parked |
 
 **Undecodable messages.** A reconciler raises ``Undecodable`` (``park = True``): the
 queue parks the message at once, keeping its original failure (topic, attempts,
@@ -66,13 +70,7 @@ from typing import Any
 
 from pydantic import ValidationError as PydanticValidationError
 
-from app.controllers.common import (
-    Deps,
-    load_request,
-    repair_terminal,
-    terminate_request,
-    unique_id,
-)
+from app.controllers.common import Deps, load_request, repair_terminal, terminate_request, unique_id
 from app.db.engine import Database
 from app.db.repos import batches as batch_repo
 from app.db.repos import requests as request_repo
@@ -205,7 +203,7 @@ class BatchReconciler(Reconciler):
                                      if reason else None)
                     for b, reason in culprits.items()]
         changed = any(o.changed for o in outcomes)
-        if changed:
+        if changed or any(o.action == "repaired" for o in outcomes):
             async with self.deps.db.read() as s:
                 active = await batch_repo.list_by_states(s, queue=ent.queue, states=ACTIVE)
             if active:
@@ -359,6 +357,8 @@ async def fail_batch(
         return Outcome("left", batch_id, f"batch is {batch.state}")
     if batch.state is BatchState.FAILED:
         await _fan_out(deps, batch, RequestState.ERROR)
+        if wake:
+            await _wake(deps, batch)
         return Outcome("repaired", batch_id, "batch already failed; members re-concluded")
     if leave_merging and batch.state is BatchState.MERGING:
         return Outcome("left", batch_id, "batch is merging; its merge decides")
@@ -368,8 +368,7 @@ async def fail_batch(
         await batch_repo.update(s, old=batch, new=failed, now_ms=deps.now())
     await _fan_out(deps, failed, RequestState.ERROR)
     if wake:
-        await deps.publish(m.SPECULATE, EntityMsg(id=batch_id, queue=queue),
-                           partition_key=queue, message_id=f"{batch_id}/dlq")
+        await _wake(deps, failed)
     return Outcome("failed", batch_id, f"batch was {batch.state}", True)
 
 
@@ -392,13 +391,21 @@ async def fail_merge(deps: Deps, *, queue: str, batch_id: str, msg: StoredMessag
     return Outcome("failed", batch_id, "a failed merge result was handed to mergesignal", True)
 
 
+async def _wake(deps: Deps, batch: Batch) -> None:
+    await deps.publish(m.SPECULATE, EntityMsg(id=batch.id, queue=batch.queue),
+                       partition_key=batch.queue, message_id=f"{batch.id}/dlq")
+
+
 async def _fan_out(deps: Deps, batch: Batch, target: RequestState) -> None:
+    """Each member's terminal state, with the terminal log ``conclude`` writes: the
+    batch's reason, and for ``landed`` the member's commits."""
     for sqid in batch.contains:
+        metadata: dict[str, Any] = {"batch_id": batch.id}
+        if batch.state is BatchState.SUCCEEDED:
+            metadata["commits"] = list(batch.landed.get(sqid, ()))
         try:
             await terminate_request(deps, queue=batch.queue, sqid=sqid, target=target,
-                                    last_error=batch.failure_reason if target is
-                                    RequestState.ERROR else "",
-                                    metadata={"batch_id": batch.id})
+                                    last_error=batch.failure_reason, metadata=metadata)
         except NotFound:
             log.warning("member of a dead-lettered batch is missing",
                         extra={"batch_id": batch.id, "sqid": sqid})

@@ -72,6 +72,16 @@ async def builds_by_id(
     return {r.id: build_from_row(r) for r in rows}
 
 
+async def builds_of(session: AsyncSession, *, queue: str, batch_id: str, path_id: str,
+                    attempt: int) -> list[Build]:
+    """Every build stored for a batch's (path, attempt): the linked one, and the loser
+    of a trigger race (stored, never linked)."""
+    rows = await session.execute(sa.select(bt).where(
+        bt.c.queue == queue, bt.c.batch_id == batch_id, bt.c.path_id == path_id,
+        bt.c.attempt == attempt).order_by(bt.c.id))
+    return [build_from_row(r) for r in rows]
+
+
 async def update_build(session: AsyncSession, *, old: Build, new: Build, now_ms: int) -> None:
     await conditional_update(
         session, bt, key={"queue": old.queue, "id": old.id}, old_version=old.version,

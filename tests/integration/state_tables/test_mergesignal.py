@@ -21,15 +21,22 @@ from tests.support.controllers import (
 )
 
 B = "demo/batch/1"
-OK = {"id": B, "queue": "demo", "outcome": "succeeded"}
-BAD = {"id": B, "queue": "demo", "outcome": "failed", "reason": "conflict in a.py"}
+SHA1, SHA2 = "1" * 40, "2" * 40
+# The merger's landed commits per member; one for a request outside the batch is ignored.
+OK = {"id": B, "queue": "demo", "outcome": "succeeded",
+      "commits": {"demo/1": [SHA1, SHA2], "demo/9": ["9" * 40]}}
+BAD = {"id": B, "queue": "demo", "outcome": "failed", "reason": "conflict in a.py",
+       "commits": {"demo/1": [SHA1]}}
+LANDED = {"demo/1": (SHA1, SHA2)}
 FANOUT = [("conclude", "demo", f"{B}/conclude/merged"), ("speculate", "demo", f"{B}/merged")]
 
 
-def batch_in(state: BatchState, version: int = 3):  # type: ignore[no-untyped-def]
+def batch_in(state: BatchState, version: int = 3, *,  # type: ignore[no-untyped-def]
+             members: int = 1, landed: dict[str, tuple[str, ...]] | None = None):
     async def seed(rig: Rig) -> None:
-        req = await rig.request(1, RequestState.BATCHED, version=2)
-        await rig.batch(1, state, [req], version=version)
+        reqs = [await rig.request(n, RequestState.BATCHED, version=2)
+                for n in range(1, members + 1)]
+        await rig.batch(1, state, reqs, version=version, landed=landed)
     return seed
 
 
@@ -37,22 +44,29 @@ async def nothing(rig: Rig) -> None:
     return None
 
 
-def batch_is(state: BatchState, version: int, reason: str = ""):  # type: ignore[no-untyped-def]
+def batch_is(state: BatchState, version: int, reason: str = "",  # type: ignore[no-untyped-def]
+             landed: dict[str, tuple[str, ...]] | None = None):
     async def check(rig: Rig) -> None:
         b = await rig.get_batch(1)
         assert (b.state, b.version) == (state, version)
         assert b.failure_reason == reason
+        assert b.landed == (landed or {})
     return check
 
 
 TABLE = StateTable(mergesignal, [
     Case("batch ``merging``", batch_in(BatchState.MERGING), OK, name="merging-succeeded",
-         published=FANOUT, check=batch_is(BatchState.SUCCEEDED, 4)),
+         published=FANOUT, check=batch_is(BatchState.SUCCEEDED, 4, landed=LANDED)),
+    # A member the merger named no commit for is recorded with none.
+    Case("batch ``merging``", batch_in(BatchState.MERGING, members=2), OK,
+         name="merging-succeeded-member-without-commits", published=FANOUT,
+         check=batch_is(BatchState.SUCCEEDED, 4, landed={**LANDED, "demo/2": ()})),
     Case("batch ``merging``", batch_in(BatchState.MERGING), BAD, name="merging-failed",
          published=FANOUT,
          check=batch_is(BatchState.FAILED, 4, "merge failed: conflict in a.py")),
-    Case("batch ``succeeded`` / ``failed``", batch_in(BatchState.SUCCEEDED), OK,
-         name="succeeded-replays", published=FANOUT, check=batch_is(BatchState.SUCCEEDED, 3)),
+    Case("batch ``succeeded`` / ``failed``", batch_in(BatchState.SUCCEEDED, landed=LANDED),
+         {**OK, "commits": {"demo/1": ["f" * 40]}}, name="succeeded-replays-and-keeps-its-commits",
+         published=FANOUT, check=batch_is(BatchState.SUCCEEDED, 3, landed=LANDED)),
     Case("batch ``succeeded`` / ``failed``", batch_in(BatchState.FAILED), OK,
          name="failed-replays-and-keeps-its-verdict", published=FANOUT,
          check=batch_is(BatchState.FAILED, 3)),

@@ -1,0 +1,242 @@
+"""``dependency_analysis``'s state table, row by row (app/controllers/dependency_analysis.py).
+
+The analysed batch is batch 5 (requests 5 and 6); batches 1-4 are ahead of it, each
+with one request of the same number. Changed files are claimed with the requests, and
+the demo queue's analyzer (``pathoverlap`` by directory) decides the conflicts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
+from typing import Any
+from unittest import mock
+
+import pytest
+
+from app.controllers import dependency_analysis
+from app.controllers.dependency_analysis import DependencyAnalysisController
+from app.db.repos import batches as batch_repo
+from app.db.repos import changes as change_repo
+from app.db.repos import requests as request_repo
+from app.domain.entities import ChangeDetails, ChangedFile, LandRequest
+from app.domain.errors import NotFound, VersionMismatch
+from app.domain.states import BatchState, LandStrategy, RequestState
+from app.extensions.base import BatchChanges
+from tests.conftest import BACKENDS
+from tests.support.controllers import (
+    CONTROLLER_ONLY,
+    NOW_MS,
+    Case,
+    Check,
+    FakeDelivery,
+    Rig,
+    Seed,
+    StateTable,
+    batch_id,
+    change_uri,
+    crash_points,
+    run_case,
+    run_crash_repair,
+    run_redelivery,
+)
+
+B = batch_id(5)
+MSG = {"id": B, "queue": "demo"}
+T0 = NOW_MS - 60_000  # batch 5 created
+T1 = NOW_MS - 30_000  # batch 5 made ``created`` (when seeded past ``creating``)
+V = RequestState.VALIDATED
+Member = tuple[RequestState, int] | None  # (state, version), or no request row
+
+
+async def claim_files(rig: Rig, n: int, *files: str) -> None:
+    async with rig.db.write() as s:
+        await change_repo.claim(s, queue="demo", request_id=f"demo/{n}", details=[
+            ChangeDetails(uri=change_uri(n), changed_files=tuple(ChangedFile(f) for f in files))
+        ], now_ms=T0)
+
+
+def world(state: BatchState, members: Sequence[Member] = ((V, 2), (V, 2)), *,
+          ahead: Sequence[tuple[BatchState, str]] = (), dependencies: tuple[str, ...] = (),
+          stale: dict[int, LandRequest] | None = None) -> Seed:
+    """Batch 5 in ``state`` holding requests 5 and 6 (``members``: each one's state and
+    version) that change ``a/new.py`` and ``c/other.py``; ``ahead``: batches 1, 2, ...
+    each in its state, with one request changing the file named. Batch 5 is created at
+    ``T0``; seeded past ``creating`` it was made ``created`` at ``T1`` (v2), with
+    ``dependencies``. ``stale``: ``get_many`` hands out these copies instead."""
+    async def seed(rig: Rig) -> None:
+        rig.broker.now_ms = T0
+        for n, (st, file) in enumerate(ahead, start=1):
+            req = await rig.request(n, RequestState.BATCHED, version=3)
+            await claim_files(rig, n, file)
+            await rig.batch(n, st, [req])
+        contains = []
+        for n, m in zip((5, 6), members, strict=True):
+            contains.append(f"demo/{n}")
+            if m is not None:
+                await rig.request(n, m[0], version=m[1])
+                await claim_files(rig, n, "a/new.py" if n == 5 else "c/other.py")
+        batch = await rig.batch(5, BatchState.CREATING if state is BatchState.CREATING
+                                else BatchState.CREATED, contains)
+        if state is not BatchState.CREATING:
+            async with rig.db.write() as s:
+                await batch_repo.update(s, old=batch, new=replace(
+                    batch, state=state, version=2, dependencies=dependencies), now_ms=T1)
+        rig.broker.now_ms = NOW_MS
+        if stale:
+            rig.stack.enter_context(mock.patch.object(
+                request_repo, "get_many", new=Stale(request_repo.get_many, stale)))
+    return seed
+
+
+class Stale:
+    def __init__(self, real: Callable[..., Awaitable[dict[str, LandRequest]]],
+                 copies: dict[int, LandRequest]) -> None:
+        self.real, self.copies = real, copies
+
+    async def __call__(self, session: Any, **kwargs: Any) -> dict[str, LandRequest]:
+        found = await self.real(session, **kwargs)
+        return {**found, **{c.id: c for c in self.copies.values() if c.id in found}}
+
+
+def stale_validated(n: int) -> dict[int, LandRequest]:
+    """Request ``n`` as it was before a cancel (``validated`` v2)."""
+    return {n: LandRequest(queue="demo", id=f"demo/{n}", change_uris=(change_uri(n),),
+                           strategy=LandStrategy.REBASE, state=V, version=2)}
+
+
+def logged(*, speculate: bool = True) -> list[tuple[str, str, str]]:
+    logs = [("log", f"demo/{n}", f"demo/{n}/batched/{B}") for n in (5, 6)]
+    return [*logs, ("speculate", "demo", B)] if speculate else logs
+
+
+def enrolled(*dependencies: int) -> Check:
+    """Batch 5 is ``created`` (v2, written now) with these direct dependencies; both
+    members are ``batched`` (v3); the logs and the wake-up say so."""
+    deps = [batch_id(d) for d in dependencies]
+
+    async def check(rig: Rig) -> None:
+        b = await rig.get_batch(5)
+        assert (b.state, b.version, list(b.dependencies), b.updated_at_ms) == (
+            BatchState.CREATED, 2, deps, NOW_MS)
+        for n in (5, 6):
+            r = await rig.get_request(n)
+            assert (r.state, r.version) == (RequestState.BATCHED, 3)
+        await batched_logs(NOW_MS, deps)(rig)
+        assert rig.broker.payload("speculate", B) == {"id": B, "queue": "demo"}
+    return check
+
+
+def batched_logs(at_ms: int, deps: list[str]) -> Check:
+    async def check(rig: Rig) -> None:
+        for n in (5, 6):
+            p = rig.broker.payload("log", f"demo/{n}/batched/{B}")
+            assert (p["status"], p["timestamp_ms"], p["metadata"]) == (
+                "batched", at_ms, {"batch_id": B, "dependencies": deps})
+    return check
+
+
+def analysed(*ahead: int) -> Check:
+    """The analyzer saw batch 5's files against exactly these in-flight batches."""
+    async def check(rig: Rig) -> None:
+        (call,) = rig.seam("analyzer").called("analyze")
+        candidate, in_flight = call
+        assert candidate == BatchChanges(B, ("a/new.py", "c/other.py"))
+        assert [b.batch_id for b in in_flight] == [batch_id(n) for n in ahead]
+    return check
+
+
+def untouched(state: BatchState = BatchState.CREATING, analyser: bool = False) -> Check:
+    async def check(rig: Rig) -> None:
+        rig.stack.close()
+        assert (await rig.get_batch(5)).state is state
+        if not analyser:
+            assert rig.calls() == {}
+    return check
+
+
+async def retry_abandons(rig: Rig) -> None:
+    """The retry reads the cancel and abandons the batch."""
+    rig.stack.close()
+    await DependencyAnalysisController(rig.deps).process(
+        FakeDelivery("dependency_analysis", MSG, attempt=2))
+    assert rig.broker.keys() == []
+    assert (await rig.get_batch(5)).state is BatchState.CREATING
+    assert (await rig.get_request(6)).state is RequestState.CANCELLING
+
+
+def both(*checks: Check) -> Check:
+    async def check(rig: Rig) -> None:
+        for c in checks:
+            await c(rig)
+    return check
+
+
+SP, MG, CR = BatchState.SPECULATING, BatchState.MERGING, BatchState.CREATED
+AHEAD = ((SP, "a/x.py"), (MG, "b/y.py"), (CR, "a/z.py"), (BatchState.FAILED, "a/w.py"))
+ENROL = "batch ``creating``, members ``validated``"
+ABANDON = "batch ``creating``, a member halted or not ``validated``"
+REPLAYS = "batch ``speculating`` / ``merging`` / ``cancelling``"
+
+TABLE = StateTable(dependency_analysis, [
+    Case(ENROL, world(BatchState.CREATING), MSG, name="alone", published=logged(),
+         check=both(enrolled(), analysed())),
+    # Only in-flight batches count (a failed one does not); of those, the ones sharing
+    # a directory with batch 5 (``a/``) are its dependencies, in queue order.
+    Case(ENROL, world(BatchState.CREATING, ahead=AHEAD), MSG,
+         name="depends-on-the-conflicting-in-flight-batches", published=logged(),
+         check=both(enrolled(1, 3), analysed(1, 2, 3))),
+    Case(ENROL, world(BatchState.CREATING, ahead=((BatchState.CANCELLING, "a/x.py"),
+                                                  (BatchState.CREATING, "a/y.py"))), MSG,
+         name="cancelling-and-creating-batches-are-not-in-flight", published=logged(),
+         check=both(enrolled(), analysed())),
+    Case("batch ``creating``, the claim loses a race (``VersionMismatch``: a cancel, say)",
+         world(BatchState.CREATING, ((V, 2), (RequestState.CANCELLING, 3)),
+               stale=stale_validated(6)), MSG, raises=VersionMismatch, published=[],
+         check=retry_abandons),
+    *[Case(ABANDON, world(BatchState.CREATING, ((V, 2), m)), MSG,
+           name=f"member-{m[0].value if m else 'missing'}", published=[], writes_nothing=True,
+           check=untouched())
+      for m in [(RequestState.CANCELLING, 3), (RequestState.ERROR, 3),
+                (RequestState.STARTED, 1), (RequestState.BATCHED, 3), None]],
+    Case("batch ``created``", world(CR, ((RequestState.BATCHED, 3),) * 2,
+                                    dependencies=(batch_id(1),)), MSG,
+         published=logged(), writes_nothing=True,
+         check=both(batched_logs(T1, [batch_id(1)]), untouched(CR))),
+    # Stamped with the batch's creation time: a late replay never rolls the gateway's
+    # projection back past a later status of the batch.
+    *[Case(REPLAYS, world(st, ((RequestState.BATCHED, 3),) * 2, dependencies=(batch_id(1),)),
+           MSG, name=st.value, published=logged(speculate=False), writes_nothing=True,
+           check=both(batched_logs(T0, [batch_id(1)]), untouched(st)))
+      for st in (SP, MG, BatchState.CANCELLING)],
+    *[Case("batch terminal", world(st, ((RequestState.BATCHED, 3),) * 2), MSG, name=st.value,
+           published=[], writes_nothing=True, check=untouched(st))
+      for st in (BatchState.SUCCEEDED, BatchState.FAILED, BatchState.CANCELLED)],
+    Case("batch missing", lambda rig: rig.request(5, V), MSG, raises=NotFound, published=[]),
+])
+
+
+def test_every_documented_row_has_a_case() -> None:
+    assert TABLE.missing() == [] and TABLE.unknown() == []
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+@pytest.mark.parametrize("case", TABLE.cases, ids=lambda c: c.id)
+async def test_row(rig: Rig, case: Case) -> None:
+    await run_case(rig, DependencyAnalysisController(rig.deps), "dependency_analysis", case)
+
+
+@pytest.mark.parametrize("database_url", CONTROLLER_ONLY, indirect=True)
+@pytest.mark.parametrize(("case", "crash"), crash_points(TABLE.cases),
+                         ids=lambda x: x if isinstance(x, str) else x.id)
+async def test_crash_before_publishing_is_repaired(rig: Rig, case: Case, crash: str) -> None:
+    await run_crash_repair(rig, DependencyAnalysisController(rig.deps), "dependency_analysis",
+                           case, crash)
+
+
+@pytest.mark.parametrize("database_url", CONTROLLER_ONLY, indirect=True)
+@pytest.mark.parametrize("case", [c for c in TABLE.cases if c.raises is None],
+                         ids=lambda c: c.id)
+async def test_a_duplicate_delivery_writes_nothing(rig: Rig, case: Case) -> None:
+    await run_redelivery(rig, DependencyAnalysisController(rig.deps), "dependency_analysis",
+                         case)

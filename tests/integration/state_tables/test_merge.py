@@ -1,0 +1,170 @@
+"""``merge``'s state table, row by row (app/controllers/merge.py).
+
+The merger is the demo queue's fake (``merge-conflict-late`` / ``merge-error-late``
+markers make the push conflict or fail; a success lands each change as the SHA-1 of
+its URI). Merge writes no table: its outcome travels to ``mergesignal``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from app.controllers import merge
+from app.controllers.merge import MergeController
+from app.domain.errors import InvalidState, NotFound
+from app.domain.states import BatchState, LandStrategy, RequestState
+from app.extensions.base import MergeSpec, MergeStep
+from app.extensions.merger.fake import landed_sha
+from app.queue import LeaseLost
+from tests.conftest import BACKENDS
+from tests.support.controllers import (
+    CONTROLLER_ONLY,
+    NOW_MS,
+    Case,
+    Check,
+    Rig,
+    Seed,
+    StateTable,
+    batch_id,
+    change_uri,
+    crash_points,
+    run_case,
+    run_crash_repair,
+    run_redelivery,
+)
+
+B = batch_id(1)
+MSG = {"id": B, "queue": "demo"}
+URIS = {1: (change_uri(1), change_uri(11)), 2: (change_uri(2),)}
+CONFLICT = change_uri(2, fake="merge-conflict-late", files="src/a.py")
+DOWN = change_uri(2, fake="merge-error-late")
+LANDING = [("log", f"demo/{n}", f"demo/{n}/landing/{B}") for n in (1, 2)]
+SIGNAL = ("mergesignal", "demo", B)
+Member = tuple[RequestState, int] | None
+BATCHED: Member = (RequestState.BATCHED, 3)
+
+
+def batch_in(state: BatchState, second: Member = BATCHED, *, uri: str | None = None) -> Seed:
+    """Batch 1 holding request 1 (two changes) and request 2 (``second``: its state
+    and version, or no row; ``uri``: its one change)."""
+    async def seed(rig: Rig) -> None:
+        await rig.request(1, RequestState.BATCHED, version=3, uris=URIS[1])
+        if second is not None:
+            await rig.request(2, second[0], version=second[1], uris=(uri or URIS[2][0],))
+        await rig.batch(1, state, ["demo/1", "demo/2"], version=4)
+    return seed
+
+
+def spec(second: str = URIS[2][0]) -> MergeSpec:
+    return MergeSpec(queue="demo", id=B, steps=(
+        MergeStep("demo/1", URIS[1], LandStrategy.REBASE),
+        MergeStep("demo/2", (second,), LandStrategy.REBASE)))
+
+
+def merged(result: dict[str, Any], second: str = URIS[2][0], *, held: int = 1) -> Check:
+    """The lease was checked, then the members' changes were merged as one update, in
+    order; ``mergesignal`` carries ``result`` (and the landing logs name the batch)."""
+    async def check(rig: Rig) -> None:
+        assert rig.calls() == {"merger": ["merge"]}
+        assert rig.seam("merger").called("merge") == [(spec(second),)]
+        assert rig.metrics.timings[-1:] == [("merge", "demo", True)]
+        p = rig.broker.payload("mergesignal", B)
+        assert p == {"id": B, "queue": "demo", "reason": "", "outputs": [],
+                     "conflicting_paths": [], "commits": {}, **result}
+        for n in (1, 2):
+            log = rig.broker.payload("log", f"demo/{n}/landing/{B}")
+            assert (log["status"], log["timestamp_ms"], log["metadata"]) == (
+                "landing", NOW_MS, {"batch_id": B})
+    return check
+
+
+def refused(reason: str) -> Check:
+    """Nothing merged, the lease not even checked: a ``failed`` result naming why."""
+    async def check(rig: Rig) -> None:
+        assert rig.calls() == {}
+        assert rig.broker.payload("mergesignal", B) == {
+            "id": B, "queue": "demo", "outcome": "failed", "outputs": [],
+            "conflicting_paths": [], "commits": {},
+            "reason": f"refused to land: {reason}; a batch lands only while every member "
+                      "is live"}
+    return check
+
+
+def not_merged(rig_calls: dict[str, list[str]] | None = None) -> Check:
+    async def check(rig: Rig) -> None:
+        assert rig.calls() == (rig_calls or {})
+    return check
+
+
+def commits(*ns: int, second: str = URIS[2][0]) -> dict[str, list[str]]:
+    uris = {1: URIS[1], 2: (second,)}
+    return {f"demo/{n}": [landed_sha(u) for u in uris[n]] for n in ns}
+
+
+SHAS = [landed_sha(u) for u in (*URIS[1], *URIS[2])]
+LIVE = "batch ``merging``, every member live"
+ENDED = "batch ``merging``, a member terminal or missing"
+
+TABLE = StateTable(merge, [
+    Case(LIVE, batch_in(BatchState.MERGING), MSG, name="lands-with-the-commits-of-each-member",
+         published=[*LANDING, SIGNAL], writes_nothing=True,
+         check=merged({"outcome": "succeeded", "outputs": SHAS, "commits": commits(1, 2)})),
+    # A merge that won a cancel's race still lands the cancelling member.
+    Case(LIVE, batch_in(BatchState.MERGING, (RequestState.CANCELLING, 4)), MSG,
+         name="a-cancelling-member-is-live", published=[*LANDING, SIGNAL],
+         check=merged({"outcome": "succeeded", "outputs": SHAS, "commits": commits(1, 2)})),
+    Case(LIVE, batch_in(BatchState.MERGING, uri=CONFLICT), MSG,
+         name="a-conflict-is-a-failed-result-without-commits", published=[*LANDING, SIGNAL],
+         check=merged({"outcome": "failed", "conflicting_paths": ["src/a.py"],
+                       "reason": f"merge conflict in src/a.py (change {CONFLICT})"},
+                      CONFLICT)),
+    # Infrastructure errors propagate (the queue retries): no result is published.
+    Case(LIVE, batch_in(BatchState.MERGING, uri=DOWN), MSG, name="merger-down-is-retried",
+         raises=ConnectionError, published=LANDING, check=not_merged({"merger": ["merge"]})),
+    Case(LIVE, batch_in(BatchState.MERGING), MSG, name="a-lost-lease-never-pushes",
+         delivery={"lease_lost": True}, raises=LeaseLost, published=LANDING,
+         check=not_merged()),
+    *[Case(ENDED, batch_in(BatchState.MERGING, (st, 4)), MSG, name=f"member-{st.value}",
+           published=[SIGNAL], writes_nothing=True, check=refused(f"demo/2 is {st.value}"))
+      for st in (RequestState.ERROR, RequestState.LANDED, RequestState.CANCELLED)],
+    Case(ENDED, batch_in(BatchState.MERGING, None), MSG, name="member-missing",
+         published=[SIGNAL], writes_nothing=True, check=refused("demo/2 is missing")),
+    *[Case("batch terminal or halted", batch_in(st), MSG, name=st.value, published=[],
+           writes_nothing=True, check=not_merged())
+      for st in (BatchState.SUCCEEDED, BatchState.FAILED, BatchState.CANCELLED,
+                 BatchState.CANCELLING)],
+    *[Case("batch ``creating`` / ``created`` / ``speculating``", batch_in(st), MSG,
+           name=st.value, raises=InvalidState, published=[], check=not_merged())
+      for st in (BatchState.CREATING, BatchState.CREATED, BatchState.SPECULATING)],
+    Case("batch missing", lambda rig: rig.request(1, RequestState.BATCHED), MSG,
+         raises=NotFound, published=[]),
+])
+
+
+def test_every_documented_row_has_a_case() -> None:
+    assert TABLE.missing() == [] and TABLE.unknown() == []
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+@pytest.mark.parametrize("case", TABLE.cases, ids=lambda c: c.id)
+async def test_row(rig: Rig, case: Case) -> None:
+    delivery = await run_case(rig, MergeController(rig.deps), "merge", case)
+    # The lease is checked right before the push, and only when there is one to make.
+    assert delivery.lease_checks == (1 if rig.seam("merger").called("merge")
+                                     or case.raises is LeaseLost else 0)
+
+
+@pytest.mark.parametrize("database_url", CONTROLLER_ONLY, indirect=True)
+@pytest.mark.parametrize(("case", "crash"), crash_points(TABLE.cases),
+                         ids=lambda x: x if isinstance(x, str) else x.id)
+async def test_crash_before_publishing_is_repaired(rig: Rig, case: Case, crash: str) -> None:
+    await run_crash_repair(rig, MergeController(rig.deps), "merge", case, crash)
+
+
+@pytest.mark.parametrize("database_url", CONTROLLER_ONLY, indirect=True)
+@pytest.mark.parametrize("case", [c for c in TABLE.cases if c.raises is None],
+                         ids=lambda c: c.id)
+async def test_a_duplicate_delivery_writes_nothing(rig: Rig, case: Case) -> None:
+    await run_redelivery(rig, MergeController(rig.deps), "merge", case)

@@ -1,0 +1,375 @@
+"""``speculate``'s two state tables, row by row (app/controllers/speculate.py): the
+pre-step on the message's batch, and the run over the queue.
+
+A small queue is seeded directly: batch ``n`` holds request ``n`` (``batched``), its
+path set and the builds linked to its paths (stored at ``T0``, before the run). The
+demo queue's constant scorer (0.9) and build budget (4, or less via
+``rig.configure``) decide what is funded; the runner is never called (``build``
+triggers). Each case names the batch its message is about; a freshly made controller
+has no coalescing mark, so every case runs; coalescing and plan errors are tested
+after the tables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pytest
+
+from app.controllers import speculate
+from app.controllers.speculate import SpeculateController
+from app.domain.entities import PathEntry, SpeculationPath
+from app.domain.errors import NotFound
+from app.domain.queue_config import SpeculationConfig
+from app.domain.states import Assumption, BatchState, BuildStatus, PathStatus, RequestState
+from app.speculation.core import NO_PATH_PASSED
+from tests.conftest import BACKENDS
+from tests.support.controllers import (
+    CONTROLLER_ONLY,
+    NOW_MS,
+    Case,
+    Check,
+    Rig,
+    Seed,
+    StateTable,
+    batch_id,
+    crash_points,
+    path,
+    run_case,
+    run_crash_repair,
+    run_redelivery,
+    unique,
+)
+
+T0 = NOW_MS - 120_000  # when the seeded queue was written
+URL = "https://ci.example/1"
+S, F = Assumption.SUCCEEDS, Assumption.FAILS
+SPEC, CREATED, MERGING = BatchState.SPECULATING, BatchState.CREATED, BatchState.MERGING
+CANCELLING = BatchState.CANCELLING
+PENDING, BUILDING, PASSED = PathStatus.PENDING, PathStatus.BUILDING, PathStatus.PASSED
+P1 = path(1)
+P2 = path(2)
+P2S, P2F = path(2, (1, S)), path(2, (1, F))
+
+
+@dataclass(frozen=True)
+class E:
+    """A path entry, and the build linked to its attempt (``build-<head>``), if any."""
+
+    path: SpeculationPath
+    status: PathStatus
+    build: BuildStatus | None = None
+    attempt: int = 1
+    build_id: str = ""
+
+
+@dataclass(frozen=True)
+class B:
+    """Batch ``n`` (v2) holding request ``n`` in ``member`` (v3)."""
+
+    n: int
+    state: BatchState
+    deps: tuple[int, ...] = ()
+    entries: tuple[E, ...] = ()
+    member: RequestState = RequestState.BATCHED
+    reason: str = ""
+
+
+def msg(n: int) -> dict[str, Any]:
+    return {"id": batch_id(n), "queue": "demo"}
+
+
+def queue(*batches: B, budget: int | None = None, coverage: bool = False) -> Seed:
+    async def seed(rig: Rig) -> None:
+        if budget is not None:
+            rig.configure(build_budget=budget)
+        if coverage:
+            rig.configure(speculation=SpeculationConfig(coverage=True,
+                                                        coverage_min_remaining=0))
+        rig.broker.now_ms = T0
+        for b in batches:
+            req = await rig.request(b.n, b.member, version=3)
+            await rig.batch(b.n, b.state, [req], version=2, failure_reason=b.reason,
+                            dependencies=tuple(batch_id(d) for d in b.deps))
+            if b.entries:
+                await rig.path_set(b.n, [stored(e) for e in b.entries])
+            for e in b.entries:
+                if e.build is not None:
+                    await rig.build(e.build_id or f"build-{b.n}", b.n, e.build,
+                                    path_id=e.path.id, attempt=e.attempt, log_url=URL)
+        rig.broker.now_ms = NOW_MS
+    return seed
+
+
+def stored(e: E) -> PathEntry:
+    return PathEntry(path=e.path, status=e.status, attempt=e.attempt, created_at_ms=T0,
+                     updated_at_ms=T0)
+
+
+# -- expected messages --------------------------------------------------------------
+
+def build(p: SpeculationPath, attempt: int = 1) -> tuple[str, str, str]:
+    return ("build", p.head, f"{p.head}/build/{p.id}/{attempt}")
+
+
+def log(n: int, name: str, occurrence: str | None = None) -> tuple[str, str, str]:
+    return ("log", f"demo/{n}", f"demo/{n}/{name}/{occurrence or batch_id(n)}")
+
+
+def merged(n: int) -> list[tuple[str, str, str]]:
+    """A merge decision: the recovery wake-up, then (after the write) the dispatch."""
+    return [("speculate", "demo", unique(f"{batch_id(n)}/recover")), log(n, "speculated"),
+            ("merge", "demo", f"{batch_id(n)}/merge-dispatch")]
+
+
+def concluded(n: int) -> list[tuple[str, str, str]]:
+    return [("speculate", "demo", unique(f"{batch_id(n)}/recover")),
+            ("conclude", "demo", f"{batch_id(n)}/conclude/speculate")]
+
+
+def reconcluded(n: int) -> dict[str, list[tuple[str, str, str]]]:
+    """After a crash between the terminal write and ``conclude``, the redelivery's
+    pre-step finds the batch terminal with live members and re-concludes it (repair)."""
+    return {"conclude": [("speculate", "demo", unique(f"{batch_id(n)}/recover")),
+                         ("conclude", "demo", unique(f"{batch_id(n)}/conclude/repair"))]}
+
+
+def replayed_log(n: int) -> list[str]:
+    """A merge's ``speculated`` log, replayed by the pre-step with only the batch named
+    (a redelivery's, or the recovery wake-up's)."""
+    return [f"demo/{n}/speculated/{batch_id(n)}"]
+
+
+def repair(n: int) -> tuple[str, str, str]:
+    return ("conclude", "demo", unique(f"{batch_id(n)}/conclude/repair"))
+
+
+# -- checks -------------------------------------------------------------------------
+
+def batch_is(n: int, state: BatchState, version: int, *, deps: tuple[int, ...] = (),
+             reason: str = "") -> Check:
+    async def check(rig: Rig) -> None:
+        b = await rig.get_batch(n)
+        assert (b.state, b.version, b.dependencies, b.failure_reason) == (
+            state, version, tuple(batch_id(d) for d in deps), reason)
+    return check
+
+
+def entries_are(n: int, *expected: tuple[SpeculationPath, PathStatus, int]) -> Check:
+    """Batch ``n``'s stored path entries; a changed one is stamped with the run's time."""
+    async def check(rig: Rig) -> None:
+        async with rig.db.read() as s:
+            from app.db.repos import speculation as spec_repo
+            ps = (await spec_repo.path_sets(s, queue="demo", heads=[batch_id(n)]))[batch_id(n)]
+        assert [(e.path, e.status, e.attempt) for e in ps.entries] == list(expected)
+    return check
+
+
+def payloads(rig: Rig, topic: str) -> list[Any]:
+    return [p.payload for p in rig.broker.published if p.topic == topic]
+
+
+def builds_named(rig: Rig) -> None:
+    for p in rig.broker.published:
+        if p.topic == "build":
+            head, _, rest = p.message_id.partition("/build/")
+            pid, _, attempt = rest.partition("/")
+            assert p.payload == {"id": head, "queue": "demo", "path_id": pid,
+                                 "attempt": int(attempt)}
+
+
+def dispatched(n: int, p: SpeculationPath | None, **extra: Any) -> Check:
+    """``speculated`` (naming the batch and the path it merges on) and ``merge``."""
+    async def check(rig: Rig) -> None:
+        md = {"batch_id": batch_id(n), **({"path_id": p.id} if p else {}), **extra}
+        speculated = rig.broker.payload("log", f"demo/{n}/speculated/{batch_id(n)}")
+        assert (speculated["status"], speculated["metadata"]) == ("speculated", md)
+        assert rig.broker.payload("merge", f"{batch_id(n)}/merge-dispatch") == msg(n)
+    return check
+
+
+def conclusion(n: int, reason: str) -> Check:
+    async def check(rig: Rig) -> None:
+        assert payloads(rig, "conclude") == [{**msg(n), "failure_reason": reason}]
+    return check
+
+
+def admitted(n: int, deps: tuple[int, ...] = ()) -> Check:
+    async def check(rig: Rig) -> None:
+        p = rig.broker.payload("log", f"demo/{n}/speculating/{batch_id(n)}")
+        assert (p["status"], p["metadata"]) == (
+            "speculating", {"batch_id": batch_id(n), "dependencies": [batch_id(d)
+                                                                      for d in deps]})
+    return check
+
+
+def event(n: int, name: str, p: SpeculationPath) -> Check:
+    async def check(rig: Rig) -> None:
+        e = rig.broker.payload("log", f"demo/{n}/{name}/{p.id}")
+        assert (e["type"], e["event"], e["metadata"]) == ("event", name, {
+            "batch_id": batch_id(n), "path_id": p.id,
+            "assumptions": {d: a.value for d, a in p.dependencies}})
+    return check
+
+
+def both(*checks: Check) -> Check:
+    async def check(rig: Rig) -> None:
+        builds_named(rig)
+        assert set(rig.calls()) <= {"scorer"}  # builds are build's to trigger
+        for c in checks:
+            await c(rig)
+    return check
+
+
+RUNNING_1 = B(1, SPEC, entries=(E(P1, BUILDING, BuildStatus.RUNNING),))
+FAILED_BY = f"{NO_PATH_PASSED}; last builds: build-1 (failed, {URL})"
+LOST_BY = f"{NO_PATH_PASSED}; last builds: build-1 (errored after 5 attempts, {URL})"
+TERMINAL_LIVE = "batch terminal, some member not terminal"
+NOTHING_YET = "batch ``creating`` / ``speculating`` / ``cancelling``"
+
+TABLE = StateTable(speculate, [
+    # -- the pre-step ---------------------------------------------------------------
+    *[Case(TERMINAL_LIVE, queue(B(1, st, reason=why)), msg(1), name=f"{st.value}-reconcluded",
+           published=[repair(1)], writes_nothing=True, check=conclusion(1, why))
+      for st, why in [(BatchState.SUCCEEDED, ""), (BatchState.FAILED, "no path passed"),
+                      (BatchState.CANCELLED, "cancelled by request")]],
+    Case(TERMINAL_LIVE, queue(B(1, BatchState.CANCELLED, member=RequestState.CANCELLING)),
+         msg(1), name="cancelling-member-reconcluded", published=[repair(1)],
+         writes_nothing=True),
+    Case("batch terminal, every member terminal",
+         queue(B(1, BatchState.SUCCEEDED, member=RequestState.LANDED)), msg(1), published=[],
+         writes_nothing=True),
+    Case("batch ``created``", queue(B(1, CREATED)), msg(1), name="admitted-and-funded",
+         published=[log(1, "speculating"), build(P1)],
+         check=both(admitted(1), batch_is(1, SPEC, 3), entries_are(1, (P1, PENDING, 1)))),
+    Case("batch ``merging``", queue(B(1, MERGING, entries=(E(P1, PASSED),))), msg(1),
+         name="merge-redispatched", published=[log(1, "speculated"),
+                                               ("merge", "demo", f"{batch_id(1)}/merge-dispatch")],
+         writes_nothing=True, check=dispatched(1, None)),
+    Case(NOTHING_YET, queue(B(1, BatchState.CREATING)), msg(1), name="creating-is-inert",
+         published=[], writes_nothing=True),
+    Case(NOTHING_YET, queue(RUNNING_1), msg(1), name="speculating-with-its-build-running",
+         published=[], writes_nothing=True),
+    # A cancelling batch whose cancelled build is still running: nothing changes (the
+    # entry is not re-stamped on every run).
+    Case(NOTHING_YET, queue(B(1, CANCELLING, entries=(
+        E(P1, PathStatus.CANCELLING, BuildStatus.RUNNING),))), msg(1),
+         name="cancelling-waits-for-its-build", published=[], writes_nothing=True),
+    Case("batch missing", queue(RUNNING_1), msg(9), raises=NotFound, published=[]),
+    # -- the run ----------------------------------------------------------------------
+    Case("``created``", queue(RUNNING_1, B(2, CREATED)), msg(1), name="another-batch-admitted",
+         published=[log(2, "speculating"), build(P2)],
+         check=both(admitted(2), batch_is(2, SPEC, 3), entries_are(2, (P2, PENDING, 1)),
+                    batch_is(1, SPEC, 2))),
+    Case("``cancelling``", queue(B(1, CANCELLING, entries=(
+        E(P1, BUILDING, BuildStatus.RUNNING),))), msg(1), name="live-build-is-stopped",
+         published=[], check=both(entries_are(1, (P1, PathStatus.CANCELLING, 1)),
+                                  batch_is(1, CANCELLING, 2))),
+    *[Case("``cancelling``", queue(B(1, CANCELLING, entries=es)), msg(1), name=name,
+           published=concluded(1), repaired_as=reconcluded(1),
+           check=both(batch_is(1, BatchState.CANCELLED, 3, reason="cancelled by request"),
+                      entries_are(1, *[(e.path, PathStatus.CANCELLED, 1) for e in es]),
+                      conclusion(1, "cancelled by request")))
+      for name, es in [("no-path-set-is-cancelled", ()),
+                       ("unlinked-path-is-cancelled", (E(P1, PENDING),)),
+                       ("ended-build-is-cancelled", (
+                           E(P1, PathStatus.CANCELLING, BuildStatus.CANCELLED),))]],
+    Case("``speculating``", queue(B(1, SPEC)), msg(1), name="funds-its-path",
+         published=[build(P1)], check=both(entries_are(1, (P1, PENDING, 1)))),
+    Case("``speculating``", queue(RUNNING_1, B(2, SPEC), budget=1), msg(2),
+         name="no-free-slot-funds-nothing", published=[], writes_nothing=True),
+    Case("``speculating``", queue(RUNNING_1, B(2, SPEC), budget=2), msg(2),
+         name="a-free-slot-is-funded", published=[build(P2)],
+         check=both(entries_are(2, (P2, PENDING, 1)))),
+    Case("``speculating``", queue(B(1, SPEC, entries=(E(P1, BUILDING, BuildStatus.SUCCEEDED),))),
+         msg(1), name="passed-build-merges", published=merged(1), replays_differ=replayed_log(1),
+         check=both(batch_is(1, MERGING, 3), entries_are(1, (P1, PASSED, 1)),
+                    dispatched(1, P1))),
+    # A dependency that landed settles the path that assumed it would; the sibling that
+    # assumed otherwise is stopped.
+    Case("``speculating``", queue(B(1, BatchState.SUCCEEDED, member=RequestState.LANDED),
+                                  B(2, SPEC, deps=(1,), entries=(
+                                      E(P2S, PASSED), E(P2F, BUILDING, BuildStatus.RUNNING)))),
+         msg(2), name="settled-assumptions-merge", published=merged(2),
+         replays_differ=replayed_log(2),
+         check=both(batch_is(2, MERGING, 3, deps=(1,)), dispatched(2, P2S),
+                    entries_are(2, (P2S, PASSED, 1), (P2F, PathStatus.CANCELLING, 1)))),
+    Case("``speculating``", queue(B(1, SPEC, entries=(
+        E(P1, BUILDING, BuildStatus.FAILED),))), msg(1), name="every-path-failed-fails",
+         published=concluded(1), repaired_as=reconcluded(1),
+         check=both(batch_is(1, BatchState.FAILED, 3, reason=FAILED_BY),
+                    entries_are(1, (P1, PathStatus.FAILED, 1)), conclusion(1, FAILED_BY))),
+    Case("``speculating``", queue(B(1, SPEC, entries=(
+        E(P1, BUILDING, BuildStatus.ERRORED),))), msg(1), name="errored-build-gets-attempt-2",
+         published=[build(P1, 2)], check=both(entries_are(1, (P1, PENDING, 2)))),
+    Case("``speculating``", queue(B(1, SPEC, entries=(
+        E(P1, BUILDING, BuildStatus.ERRORED, attempt=5),))), msg(1),
+         name="errored-at-the-last-attempt-fails", published=concluded(1),
+         repaired_as=reconcluded(1),
+         check=both(batch_is(1, BatchState.FAILED, 3, reason=LOST_BY),
+                    entries_are(1, (P1, PathStatus.FAILED, 5)))),
+    Case("``speculating``", queue(RUNNING_1, B(2, SPEC, deps=(1,), entries=(E(P2S, PASSED),)),
+                                  budget=1), msg(2), name="passed-path-waits",
+         published=[log(2, "waiting", P2S.id)], writes_nothing=True,
+         check=both(event(2, "waiting", P2S))),
+    Case("``speculating``", queue(B(1, BatchState.FAILED, member=RequestState.ERROR),
+                                  B(2, SPEC, deps=(1,), entries=(E(P2S, PASSED),))), msg(2),
+         name="contradicted-passed-path-is-invalidated",
+         published=[log(2, "invalidated", P2S.id), build(P2F)],
+         check=both(event(2, "invalidated", P2S),
+                    entries_are(2, (P2S, PASSED, 1), (P2F, PENDING, 1)))),
+    # Both outcomes of batch 1 passed under batch 2: it lands first; batch 1 gains it as
+    # a dependency, its old path is stopped and it rebuilds on top of batch 2.
+    Case("``speculating``", queue(RUNNING_1, B(2, SPEC, deps=(1,), entries=(
+        E(P2S, PASSED), E(P2F, PASSED))), coverage=True), msg(2), name="full-coverage-merges",
+         published=[*merged(2), build(path(1, (2, S)))], replays_differ=replayed_log(2),
+         check=both(batch_is(2, MERGING, 3, deps=(1,)), batch_is(1, SPEC, 3, deps=(2,)),
+                    dispatched(2, P2F, bypass=True, overtaken=[batch_id(1)], rebuilds=1),
+                    entries_are(1, (P1, PathStatus.CANCELLING, 1),
+                                (path(1, (2, S)), PENDING, 1)))),
+    # Its live path holds the only slot: batch 2 waits.
+    Case("``merging``", queue(B(1, MERGING, entries=(E(P1, BUILDING, BuildStatus.RUNNING),)),
+                              B(2, SPEC), budget=1), msg(2), name="holds-its-budget",
+         published=[], writes_nothing=True),
+])
+
+# The pre-step's re-dispatch cannot know which path the run merged on (nor a bypass's
+# details): a speculated log it publishes after a crash lost the run's names only the
+# batch (the "batch ``merging``" row says so).
+REPLAYED = {
+    "passed-build-merges": dispatched(1, None),
+    "settled-assumptions-merge": dispatched(2, None),
+    "full-coverage-merges": dispatched(2, None),
+}
+
+
+def test_every_documented_row_has_a_case() -> None:
+    assert TABLE.missing() == [] and TABLE.unknown() == []
+
+
+def test_both_tables_are_read() -> None:
+    rows = TABLE.rows()
+    assert "batch missing" in rows and "``merging``" in rows and len(rows) == 10
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+@pytest.mark.parametrize("case", TABLE.cases, ids=lambda c: c.id)
+async def test_row(rig: Rig, case: Case) -> None:
+    await run_case(rig, SpeculateController(rig.deps), "speculate", case)
+
+
+@pytest.mark.parametrize("database_url", CONTROLLER_ONLY, indirect=True)
+@pytest.mark.parametrize(("case", "crash"), crash_points(TABLE.cases),
+                         ids=lambda x: x if isinstance(x, str) else x.id)
+async def test_crash_before_publishing_is_repaired(rig: Rig, case: Case, crash: str) -> None:
+    if case.id in REPLAYED and crash == "log":
+        case = replace(case, check=REPLAYED[case.id])
+    await run_crash_repair(rig, SpeculateController(rig.deps), "speculate", case, crash)
+
+
+@pytest.mark.parametrize("database_url", CONTROLLER_ONLY, indirect=True)
+@pytest.mark.parametrize("case", [c for c in TABLE.cases if c.raises is None],
+                         ids=lambda c: c.id)
+async def test_a_duplicate_delivery_writes_nothing(rig: Rig, case: Case) -> None:
+    await run_redelivery(rig, SpeculateController(rig.deps), "speculate", case)
