@@ -188,7 +188,10 @@ BAD_ID = ("payload has no string ``id`` and ``queue`` (``start``: or an ``id`` t
 OWNED = ("request owned by a batch: any batch of it not ``creating``/``failed``, or a "
          "``creating`` one while the request is ``batched``")
 OTHERWISE = "otherwise (``started``/``validated``/``batched``/``cancelling``)"
-LIVE = "batch live (``creating`` .. ``merging``, ``cancelling``)"
+LIVE = ("batch live (``creating`` .. ``speculating``, ``cancelling``; ``merging`` for "
+        "``mergesignal``)")
+MERGING_LEFT = "batch ``merging``, any topic but ``merge`` / ``mergesignal``"
+MERGING_MERGE = "batch ``merging``, ``merge``"
 SUBJECTS = ("failure ``subjects`` name batches (``PlanRejected`` / ``PlanInvariantError``: "
             "the offending heads)")
 PLAN = "speculation plan rejected: new build for demo/batch/2, which is not speculating"
@@ -200,6 +203,25 @@ def subject(n: int, reason: str = PLAN) -> dict[str, str]:
 
 def log_msg(n: int = 1) -> dict[str, Any]:
     return LogMsg.of(status_entry(n, "started", request_version=1)).model_dump(mode="json")
+
+
+def merge_reported() -> Seed:
+    """A merging batch whose merge pushed and published its result (id = batch id)."""
+    async def seed(rig: Rig) -> None:
+        await world(B3, batches=[(BatchState.MERGING, "1")])(rig)
+        await rig.broker.publish("mergesignal", {"id": B1, "queue": "demo",
+                                                 "outcome": "succeeded"},
+                                 partition_key="demo", message_id=B1)
+    return seed
+
+
+def merge_result_is(outcome: str, reason: str) -> Check:
+    """The first ``mergesignal`` result stored under the batch id (the queue keeps one)."""
+    async def check(rig: Rig) -> None:
+        first = next(p for p in rig.broker.published if p.key == ("mergesignal", "demo", B1))
+        assert (first.payload["outcome"], first.payload.get("reason", "")) == (outcome, reason)
+        assert (await rig.get_batch(1)).state is BatchState.MERGING
+    return check
 
 
 async def logged(rig: Rig) -> None:
@@ -306,8 +328,25 @@ TABLE = StateTable(reconcilers, [
                       terminal_log(2, RS.ERROR, 5, why(t), {"batch_id": B1})))
       for st, t in [(BatchState.CREATING, "dependency_analysis"),
                     (BatchState.CREATED, "mergesignal"), (BatchState.SPECULATING, "build"),
-                    (BatchState.SPECULATING, "buildsignal"), (BatchState.MERGING, "merge"),
-                    (BatchState.CANCELLING, "conclude")]],
+                    (BatchState.SPECULATING, "buildsignal"),
+                    (BatchState.MERGING, "mergesignal"), (BatchState.CANCELLING, "conclude")]],
+    # A merging batch's change may be on its way to trunk: only its merge decides.
+    *[Case(MERGING_LEFT, world(B3, batches=[(BatchState.MERGING, "1")], builds=["build-7"]),
+           {"id": "build-7" if t == "buildsignal" else B1, "queue": "demo"},
+           name=f"merging-left-by-{t}", delivery=dead(t), returns=("left", B1, False),
+           published=[], writes_nothing=True)
+      for t in ("dependency_analysis", "build", "buildsignal", "conclude")],
+    Case(MERGING_MERGE, world(B3, batches=[(BatchState.MERGING, "1")]),
+         {"id": B1, "queue": "demo"}, name="merging-failed-through-mergesignal",
+         delivery=dead("merge"), returns=("failed", B1, True),
+         published=[("mergesignal", "demo", B1)], writes_nothing=True,
+         check=merge_result_is("failed", why("merge"))),
+    Case(MERGING_MERGE, merge_reported(), {"id": B1, "queue": "demo"},
+         name="merging-whose-merge-reported-is-left", delivery=dead("merge"),
+         returns=("left", B1, False),
+         published=[("mergesignal", "demo", B1), ("mergesignal", "demo", B1)],
+         writes_nothing=True, check=merge_result_is("succeeded", ""),
+         replays_differ=[B1]),  # the reconciler's ``failed`` loses to the stored result
     # -- speculate ----------------------------------------------------------------------
     Case(SUBJECTS, world(B3, B3, B3, batches=[(BatchState.SPECULATING, "1"),
                                               (BatchState.SPECULATING, "2"),
@@ -355,7 +394,7 @@ def test_every_documented_row_has_a_case() -> None:
 
 def test_every_table_is_read() -> None:
     rows = TABLE.rows()
-    assert len(rows) == 8 + 5 + 3 + 3, rows
+    assert len(rows) == 8 + 7 + 3 + 3, rows
 
 
 def test_every_consumed_topic_has_a_reconciler_case() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from unittest import mock
 
 import pytest
 
@@ -42,6 +43,22 @@ def request_in(state: RequestState, version: int = 4, last_error: str = "") -> S
 
 async def nothing(rig: Rig) -> None:
     return None
+
+
+async def recorded_after_the_read(rig: Rig) -> None:
+    """The start reads no row; before its create, the ``start_dlq`` reconciler records
+    the request ``error`` (v1): the first read says missing, the next sees that row."""
+    await rig.request(1, RequestState.ERROR, version=1, uris=tuple(URIS),
+                      last_error=DLQ_ERROR)
+    real = start.load_request
+    calls = 0
+
+    async def first_read_misses(*args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return None if calls == 1 else await real(*args, **kwargs)
+
+    rig.stack.enter_context(mock.patch.object(start, "load_request", first_read_misses))
 
 
 def started(accepted_at_ms: int = RECEIVED, strategy: LandStrategy = LandStrategy.SQUASH_REBASE,
@@ -91,6 +108,10 @@ TABLE = StateTable(start, [
          name="recorded-by-the-start-reconciler-is-not-resurrected",
          published=[("log", R, f"{R}/error")], writes_nothing=True,
          check=terminal_log(RequestState.ERROR, 1, DLQ_ERROR)),
+    Case("request missing when read, present at the create (the ``start_dlq`` reconciler "
+         "recorded it ``error`` meanwhile)", recorded_after_the_read, MSG,
+         name="loses-to-the-start-reconcilers-row", published=[("log", R, f"{R}/error")],
+         writes_nothing=True, check=terminal_log(RequestState.ERROR, 1, DLQ_ERROR)),
     *[Case("any other later state", request_in(st), MSG, name=st.value, published=[],
            writes_nothing=True)
       for st in (RequestState.VALIDATED, RequestState.BATCHED, RequestState.CANCELLING)],
