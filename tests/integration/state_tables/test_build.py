@@ -22,9 +22,7 @@ from app.domain.errors import NotFound
 from app.domain.states import Assumption, BatchState, BuildStatus, PathStatus, RequestState
 from app.extensions.base import BuildRequest
 from app.queue import LeaseLost
-from tests.conftest import BACKENDS
 from tests.support.controllers import (
-    CONTROLLER_ONLY,
     NOW_MS,
     Case,
     Check,
@@ -34,13 +32,10 @@ from tests.support.controllers import (
     StateTable,
     batch_id,
     change_uri,
-    crash_points,
     entry,
     path,
-    run_case,
-    run_crash_repair,
-    run_redelivery,
 )
+from tests.support.tables import table_tests
 
 B = batch_id(2)
 P = path(2, (1, Assumption.SUCCEEDS), (3, Assumption.FAILS))
@@ -214,24 +209,11 @@ def test_the_table_covers_every_path_and_batch_state() -> None:
     assert halted == {s for s in BatchState if s.halted}
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
-@pytest.mark.parametrize("case", TABLE.cases, ids=lambda c: c.id)
-async def test_row(rig: Rig, case: Case) -> None:
-    delivery = await run_case(rig, BuildController(rig.deps), "build", case)
-    # The lease is checked right before the trigger, and only when there is one to send.
+def lease_checked_before_trigger(rig: Rig, case: Case, delivery: FakeDelivery) -> None:
+    """The lease is checked right before the trigger, and only when there is one to send."""
     assert delivery.lease_checks == (1 if rig.seam("runner").called("trigger")
                                      or case.raises is LeaseLost else 0)
 
 
-@pytest.mark.parametrize("database_url", CONTROLLER_ONLY, indirect=True)
-@pytest.mark.parametrize(("case", "crash"), crash_points(TABLE.cases),
-                         ids=lambda x: x if isinstance(x, str) else x.id)
-async def test_crash_before_publishing_is_repaired(rig: Rig, case: Case, crash: str) -> None:
-    await run_crash_repair(rig, BuildController(rig.deps), "build", case, crash)
-
-
-@pytest.mark.parametrize("database_url", CONTROLLER_ONLY, indirect=True)
-@pytest.mark.parametrize("case", [c for c in TABLE.cases if c.raises is None],
-                         ids=lambda c: c.id)
-async def test_a_duplicate_delivery_writes_nothing(rig: Rig, case: Case) -> None:
-    await run_redelivery(rig, BuildController(rig.deps), "build", case)
+test_row, test_crash_before_publishing_is_repaired, test_a_duplicate_delivery_writes_nothing = (
+    table_tests(TABLE, BuildController, "build", after=lease_checked_before_trigger))

@@ -18,7 +18,6 @@ from app.domain.states import BatchState, BuildStatus, PathStatus, RequestState
 from app.extensions.base import BuildReport
 from tests.conftest import BACKENDS
 from tests.support.controllers import (
-    CONTROLLER_ONLY,
     Case,
     Check,
     FakeDelivery,
@@ -26,13 +25,10 @@ from tests.support.controllers import (
     Seed,
     SimulatedCrash,
     StateTable,
-    crash_points,
     entry,
     path,
-    run_case,
-    run_crash_repair,
-    run_redelivery,
 )
+from tests.support.tables import table_tests
 
 B = "demo/batch/1"
 BID = "build-7"
@@ -220,21 +216,5 @@ async def test_a_crash_between_the_write_and_the_wake_up_is_repaired(
     await build_is(final, 4)(rig)
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
-@pytest.mark.parametrize("case", TABLE.cases, ids=lambda c: c.id)
-async def test_row(rig: Rig, case: Case) -> None:
-    await run_case(rig, BuildSignalController(rig.deps), "buildsignal", case)
-
-
-@pytest.mark.parametrize("database_url", CONTROLLER_ONLY, indirect=True)
-@pytest.mark.parametrize(("case", "crash"), crash_points(TABLE.cases),
-                         ids=lambda x: x if isinstance(x, str) else x.id)
-async def test_crash_before_publishing_is_repaired(rig: Rig, case: Case, crash: str) -> None:
-    await run_crash_repair(rig, BuildSignalController(rig.deps), "buildsignal", case, crash)
-
-
-@pytest.mark.parametrize("database_url", CONTROLLER_ONLY, indirect=True)
-@pytest.mark.parametrize("case", [c for c in TABLE.cases if c.raises is None],
-                         ids=lambda c: c.id)
-async def test_a_duplicate_delivery_writes_nothing(rig: Rig, case: Case) -> None:
-    await run_redelivery(rig, BuildSignalController(rig.deps), "buildsignal", case)
+test_row, test_crash_before_publishing_is_repaired, test_a_duplicate_delivery_writes_nothing = (
+    table_tests(TABLE, BuildSignalController, "buildsignal"))

@@ -4,25 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from app.controllers import conclude
 from app.controllers.conclude import ConcludeController
 from app.domain.errors import InvalidState, NotFound
 from app.domain.states import BATCH_TO_REQUEST_TERMINAL, BatchState, RequestState
-from tests.conftest import BACKENDS
 from tests.support.controllers import (
-    CONTROLLER_ONLY,
     Case,
     Check,
     Rig,
     Seed,
     StateTable,
-    crash_points,
-    run_case,
-    run_crash_repair,
-    run_redelivery,
 )
+from tests.support.tables import table_tests
 
 B = "demo/batch/1"
 MSG = {"id": B, "queue": "demo"}
@@ -146,21 +139,5 @@ def test_the_table_covers_every_batch_state() -> None:
     assert {*TERMINAL, *LIVE} == set(BatchState)
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
-@pytest.mark.parametrize("case", TABLE.cases, ids=lambda c: c.id)
-async def test_row(rig: Rig, case: Case) -> None:
-    await run_case(rig, ConcludeController(rig.deps), "conclude", case)
-
-
-@pytest.mark.parametrize("database_url", CONTROLLER_ONLY, indirect=True)
-@pytest.mark.parametrize(("case", "crash"), crash_points(TABLE.cases),
-                         ids=lambda x: x if isinstance(x, str) else x.id)
-async def test_crash_before_publishing_is_repaired(rig: Rig, case: Case, crash: str) -> None:
-    await run_crash_repair(rig, ConcludeController(rig.deps), "conclude", case, crash)
-
-
-@pytest.mark.parametrize("database_url", CONTROLLER_ONLY, indirect=True)
-@pytest.mark.parametrize("case", [c for c in TABLE.cases if c.raises is None],
-                         ids=lambda c: c.id)
-async def test_a_duplicate_delivery_writes_nothing(rig: Rig, case: Case) -> None:
-    await run_redelivery(rig, ConcludeController(rig.deps), "conclude", case)
+test_row, test_crash_before_publishing_is_repaired, test_a_duplicate_delivery_writes_nothing = (
+    table_tests(TABLE, ConcludeController, "conclude"))

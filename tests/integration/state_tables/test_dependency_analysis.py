@@ -12,8 +12,6 @@ from dataclasses import replace
 from typing import Any
 from unittest import mock
 
-import pytest
-
 from app.controllers import dependency_analysis
 from app.controllers.dependency_analysis import DependencyAnalysisController
 from app.db.repos import batches as batch_repo
@@ -23,9 +21,7 @@ from app.domain.entities import ChangeDetails, ChangedFile, LandRequest
 from app.domain.errors import NotFound, VersionMismatch
 from app.domain.states import BatchState, LandStrategy, RequestState
 from app.extensions.base import BatchChanges
-from tests.conftest import BACKENDS
 from tests.support.controllers import (
-    CONTROLLER_ONLY,
     NOW_MS,
     Case,
     Check,
@@ -35,11 +31,8 @@ from tests.support.controllers import (
     StateTable,
     batch_id,
     change_uri,
-    crash_points,
-    run_case,
-    run_crash_repair,
-    run_redelivery,
 )
+from tests.support.tables import table_tests
 
 B = batch_id(5)
 MSG = {"id": B, "queue": "demo"}
@@ -220,23 +213,5 @@ def test_every_documented_row_has_a_case() -> None:
     assert TABLE.missing() == [] and TABLE.unknown() == []
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
-@pytest.mark.parametrize("case", TABLE.cases, ids=lambda c: c.id)
-async def test_row(rig: Rig, case: Case) -> None:
-    await run_case(rig, DependencyAnalysisController(rig.deps), "dependency_analysis", case)
-
-
-@pytest.mark.parametrize("database_url", CONTROLLER_ONLY, indirect=True)
-@pytest.mark.parametrize(("case", "crash"), crash_points(TABLE.cases),
-                         ids=lambda x: x if isinstance(x, str) else x.id)
-async def test_crash_before_publishing_is_repaired(rig: Rig, case: Case, crash: str) -> None:
-    await run_crash_repair(rig, DependencyAnalysisController(rig.deps), "dependency_analysis",
-                           case, crash)
-
-
-@pytest.mark.parametrize("database_url", CONTROLLER_ONLY, indirect=True)
-@pytest.mark.parametrize("case", [c for c in TABLE.cases if c.raises is None],
-                         ids=lambda c: c.id)
-async def test_a_duplicate_delivery_writes_nothing(rig: Rig, case: Case) -> None:
-    await run_redelivery(rig, DependencyAnalysisController(rig.deps), "dependency_analysis",
-                         case)
+test_row, test_crash_before_publishing_is_repaired, test_a_duplicate_delivery_writes_nothing = (
+    table_tests(TABLE, DependencyAnalysisController, "dependency_analysis"))

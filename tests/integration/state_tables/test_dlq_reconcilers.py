@@ -24,7 +24,6 @@ from app.domain.errors import VersionMismatch
 from app.domain.messages import LogMsg
 from app.domain.states import BatchState, BuildStatus, LandStrategy, RequestState
 from app.queue import Delivery
-from tests.conftest import BACKENDS
 from tests.support.controllers import (
     CONTROLLER_ONLY,
     NOW_MS,
@@ -36,13 +35,10 @@ from tests.support.controllers import (
     StateTable,
     batch_id,
     change_uri,
-    crash_points,
-    run_case,
-    run_crash_repair,
-    run_redelivery,
     status_entry,
     unique,
 )
+from tests.support.tables import table_tests
 
 R, B1 = "demo/1", batch_id(1)
 ERROR = "ConnectionError: db away"
@@ -403,24 +399,8 @@ def test_every_consumed_topic_has_a_reconciler_case() -> None:
     assert set(build_reconcilers(mock.Mock())) == {f"{t}_dlq" for t in topics}
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
-@pytest.mark.parametrize("case", TABLE.cases, ids=lambda c: c.id)
-async def test_row(rig: Rig, case: Case) -> None:
-    await run_case(rig, Reconcile(rig.deps), "dlq", case)
-
-
-@pytest.mark.parametrize("database_url", CONTROLLER_ONLY, indirect=True)
-@pytest.mark.parametrize(("case", "crash"), crash_points(TABLE.cases),
-                         ids=lambda x: x if isinstance(x, str) else x.id)
-async def test_crash_before_publishing_is_repaired(rig: Rig, case: Case, crash: str) -> None:
-    await run_crash_repair(rig, Reconcile(rig.deps), "dlq", case, crash)
-
-
-@pytest.mark.parametrize("database_url", CONTROLLER_ONLY, indirect=True)
-@pytest.mark.parametrize("case", [c for c in TABLE.cases if c.raises is None],
-                         ids=lambda c: c.id)
-async def test_a_duplicate_delivery_writes_nothing(rig: Rig, case: Case) -> None:
-    await run_redelivery(rig, Reconcile(rig.deps), "dlq", case)
+test_row, test_crash_before_publishing_is_repaired, test_a_duplicate_delivery_writes_nothing = (
+    table_tests(TABLE, Reconcile, "dlq"))
 
 
 @pytest.mark.parametrize("database_url", CONTROLLER_ONLY, indirect=True)

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from app.controllers import merge
 from app.controllers.merge import MergeController
 from app.domain.errors import InvalidState, NotFound
@@ -18,22 +16,18 @@ from app.domain.states import BatchState, LandStrategy, RequestState
 from app.extensions.base import MergeSpec, MergeStep
 from app.extensions.merger.fake import landed_sha
 from app.queue import LeaseLost
-from tests.conftest import BACKENDS
 from tests.support.controllers import (
-    CONTROLLER_ONLY,
     NOW_MS,
     Case,
     Check,
+    FakeDelivery,
     Rig,
     Seed,
     StateTable,
     batch_id,
     change_uri,
-    crash_points,
-    run_case,
-    run_crash_repair,
-    run_redelivery,
 )
+from tests.support.tables import table_tests
 
 B = batch_id(1)
 MSG = {"id": B, "queue": "demo"}
@@ -147,24 +141,11 @@ def test_every_documented_row_has_a_case() -> None:
     assert TABLE.missing() == [] and TABLE.unknown() == []
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
-@pytest.mark.parametrize("case", TABLE.cases, ids=lambda c: c.id)
-async def test_row(rig: Rig, case: Case) -> None:
-    delivery = await run_case(rig, MergeController(rig.deps), "merge", case)
-    # The lease is checked right before the push, and only when there is one to make.
+def lease_checked_before_merge(rig: Rig, case: Case, delivery: FakeDelivery) -> None:
+    """The lease is checked right before the push, and only when there is one to make."""
     assert delivery.lease_checks == (1 if rig.seam("merger").called("merge")
                                      or case.raises is LeaseLost else 0)
 
 
-@pytest.mark.parametrize("database_url", CONTROLLER_ONLY, indirect=True)
-@pytest.mark.parametrize(("case", "crash"), crash_points(TABLE.cases),
-                         ids=lambda x: x if isinstance(x, str) else x.id)
-async def test_crash_before_publishing_is_repaired(rig: Rig, case: Case, crash: str) -> None:
-    await run_crash_repair(rig, MergeController(rig.deps), "merge", case, crash)
-
-
-@pytest.mark.parametrize("database_url", CONTROLLER_ONLY, indirect=True)
-@pytest.mark.parametrize("case", [c for c in TABLE.cases if c.raises is None],
-                         ids=lambda c: c.id)
-async def test_a_duplicate_delivery_writes_nothing(rig: Rig, case: Case) -> None:
-    await run_redelivery(rig, MergeController(rig.deps), "merge", case)
+test_row, test_crash_before_publishing_is_repaired, test_a_duplicate_delivery_writes_nothing = (
+    table_tests(TABLE, MergeController, "merge", after=lease_checked_before_merge))

@@ -6,28 +6,21 @@ recorder: the acknowledged rows must not even ask it.
 
 from __future__ import annotations
 
-import pytest
-
 from app.controllers import mergecheck
 from app.controllers.mergecheck import MergeCheckController
 from app.domain.errors import NotFound
 from app.domain.states import LandStrategy, RequestState
 from app.extensions.base import MergeOutcome, MergeSpec, MergeStep
 from app.extensions.merger.fake import landed_sha
-from tests.conftest import BACKENDS
 from tests.support.controllers import (
-    CONTROLLER_ONLY,
     Case,
     Check,
     Rig,
     Seed,
     StateTable,
     change_uri,
-    crash_points,
-    run_case,
-    run_crash_repair,
-    run_redelivery,
 )
+from tests.support.tables import table_tests
 
 R = "demo/1"
 MSG = {"id": R, "queue": "demo"}
@@ -114,21 +107,5 @@ def test_the_table_covers_every_request_state() -> None:
     assert covered == set(RequestState)
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
-@pytest.mark.parametrize("case", TABLE.cases, ids=lambda c: c.id)
-async def test_row(rig: Rig, case: Case) -> None:
-    await run_case(rig, MergeCheckController(rig.deps), "mergecheck", case)
-
-
-@pytest.mark.parametrize("database_url", CONTROLLER_ONLY, indirect=True)
-@pytest.mark.parametrize(("case", "crash"), crash_points(TABLE.cases),
-                         ids=lambda x: x if isinstance(x, str) else x.id)
-async def test_crash_before_publishing_is_repaired(rig: Rig, case: Case, crash: str) -> None:
-    await run_crash_repair(rig, MergeCheckController(rig.deps), "mergecheck", case, crash)
-
-
-@pytest.mark.parametrize("database_url", CONTROLLER_ONLY, indirect=True)
-@pytest.mark.parametrize("case", [c for c in TABLE.cases if c.raises is None],
-                         ids=lambda c: c.id)
-async def test_a_duplicate_delivery_writes_nothing(rig: Rig, case: Case) -> None:
-    await run_redelivery(rig, MergeCheckController(rig.deps), "mergecheck", case)
+test_row, test_crash_before_publishing_is_repaired, test_a_duplicate_delivery_writes_nothing = (
+    table_tests(TABLE, MergeCheckController, "mergecheck"))

@@ -4,26 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from app.controllers import mergeconflictsignal
 from app.controllers.mergeconflictsignal import MergeConflictSignalController
 from app.domain.errors import NotFound
 from app.domain.states import RequestState
-from tests.conftest import BACKENDS
 from tests.support.controllers import (
-    CONTROLLER_ONLY,
     NOW_MS,
     Case,
     Check,
     Rig,
     Seed,
     StateTable,
-    crash_points,
-    run_case,
-    run_crash_repair,
-    run_redelivery,
 )
+from tests.support.tables import table_tests
 
 R = "demo/1"
 OK = {"id": R, "queue": "demo", "outcome": "succeeded", "outputs": ["abc"]}
@@ -104,23 +97,5 @@ def test_every_documented_row_has_a_case() -> None:
     assert TABLE.missing() == [] and TABLE.unknown() == []
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
-@pytest.mark.parametrize("case", TABLE.cases, ids=lambda c: c.id)
-async def test_row(rig: Rig, case: Case) -> None:
-    await run_case(rig, MergeConflictSignalController(rig.deps), "mergeconflictsignal", case)
-
-
-@pytest.mark.parametrize("database_url", CONTROLLER_ONLY, indirect=True)
-@pytest.mark.parametrize(("case", "crash"), crash_points(TABLE.cases),
-                         ids=lambda x: x if isinstance(x, str) else x.id)
-async def test_crash_before_publishing_is_repaired(rig: Rig, case: Case, crash: str) -> None:
-    await run_crash_repair(rig, MergeConflictSignalController(rig.deps), "mergeconflictsignal",
-                           case, crash)
-
-
-@pytest.mark.parametrize("database_url", CONTROLLER_ONLY, indirect=True)
-@pytest.mark.parametrize("case", [c for c in TABLE.cases if c.raises is None],
-                         ids=lambda c: c.id)
-async def test_a_duplicate_delivery_writes_nothing(rig: Rig, case: Case) -> None:
-    await run_redelivery(rig, MergeConflictSignalController(rig.deps), "mergeconflictsignal",
-                         case)
+test_row, test_crash_before_publishing_is_repaired, test_a_duplicate_delivery_writes_nothing = (
+    table_tests(TABLE, MergeConflictSignalController, "mergeconflictsignal"))

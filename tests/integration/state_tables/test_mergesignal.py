@@ -2,23 +2,16 @@
 
 from __future__ import annotations
 
-import pytest
-
 from app.controllers import mergesignal
 from app.controllers.mergesignal import MergeSignalController
 from app.domain.errors import InvalidState, NotFound
 from app.domain.states import BatchState, RequestState
-from tests.conftest import BACKENDS
 from tests.support.controllers import (
-    CONTROLLER_ONLY,
     Case,
     Rig,
     StateTable,
-    crash_points,
-    run_case,
-    run_crash_repair,
-    run_redelivery,
 )
+from tests.support.tables import table_tests
 
 B = "demo/batch/1"
 SHA1, SHA2 = "1" * 40, "2" * 40
@@ -87,21 +80,5 @@ def test_every_documented_row_has_a_case() -> None:
     assert TABLE.missing() == [] and TABLE.unknown() == []
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
-@pytest.mark.parametrize("case", TABLE.cases, ids=lambda c: c.id)
-async def test_row(rig: Rig, case: Case) -> None:
-    await run_case(rig, MergeSignalController(rig.deps), "mergesignal", case)
-
-
-@pytest.mark.parametrize("database_url", CONTROLLER_ONLY, indirect=True)
-@pytest.mark.parametrize(("case", "crash"), crash_points(TABLE.cases),
-                         ids=lambda x: x if isinstance(x, str) else x.id)
-async def test_crash_before_publishing_is_repaired(rig: Rig, case: Case, crash: str) -> None:
-    await run_crash_repair(rig, MergeSignalController(rig.deps), "mergesignal", case, crash)
-
-
-@pytest.mark.parametrize("database_url", CONTROLLER_ONLY, indirect=True)
-@pytest.mark.parametrize("case", [c for c in TABLE.cases if c.raises is None],
-                         ids=lambda c: c.id)
-async def test_a_duplicate_delivery_writes_nothing(rig: Rig, case: Case) -> None:
-    await run_redelivery(rig, MergeSignalController(rig.deps), "mergesignal", case)
+test_row, test_crash_before_publishing_is_repaired, test_a_duplicate_delivery_writes_nothing = (
+    table_tests(TABLE, MergeSignalController, "mergesignal"))

@@ -11,7 +11,6 @@ from app.controllers.common import Deps
 from app.controllers.resync import SpeculateResync
 from app.domain.states import BatchState, RequestState
 from app.queue import Delivery
-from tests.conftest import BACKENDS
 from tests.support.controllers import (
     CONTROLLER_ONLY,
     NOW_MS,
@@ -20,11 +19,8 @@ from tests.support.controllers import (
     Seed,
     StateTable,
     batch_id,
-    crash_points,
-    run_case,
-    run_crash_repair,
-    run_redelivery,
 )
+from tests.support.tables import table_tests
 
 INTERVAL_MS = 30_000
 WAKE = f"demo/resync/{NOW_MS // INTERVAL_MS}"
@@ -71,24 +67,8 @@ def test_every_documented_row_has_a_case() -> None:
     assert TABLE.missing() == [] and TABLE.unknown() == []
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
-@pytest.mark.parametrize("case", TABLE.cases, ids=lambda c: c.id)
-async def test_row(rig: Rig, case: Case) -> None:
-    await run_case(rig, Resync(rig.deps), "resync", case)
-
-
-@pytest.mark.parametrize("database_url", CONTROLLER_ONLY, indirect=True)
-@pytest.mark.parametrize(("case", "crash"), crash_points(TABLE.cases),
-                         ids=lambda x: x if isinstance(x, str) else x.id)
-async def test_crash_before_publishing_is_repaired(rig: Rig, case: Case, crash: str) -> None:
-    await run_crash_repair(rig, Resync(rig.deps), "resync", case, crash)
-
-
-@pytest.mark.parametrize("database_url", CONTROLLER_ONLY, indirect=True)
-@pytest.mark.parametrize("case", [c for c in TABLE.cases if c.raises is None],
-                         ids=lambda c: c.id)
-async def test_a_duplicate_delivery_writes_nothing(rig: Rig, case: Case) -> None:
-    await run_redelivery(rig, Resync(rig.deps), "resync", case)
+test_row, test_crash_before_publishing_is_repaired, test_a_duplicate_delivery_writes_nothing = (
+    table_tests(TABLE, Resync, "resync"))
 
 
 @pytest.mark.parametrize("database_url", CONTROLLER_ONLY, indirect=True)

@@ -5,14 +5,10 @@ from __future__ import annotations
 from typing import Any
 from unittest import mock
 
-import pytest
-
 from app.controllers import start
 from app.controllers.start import StartController
 from app.domain.states import LandStrategy, RequestState
-from tests.conftest import BACKENDS
 from tests.support.controllers import (
-    CONTROLLER_ONLY,
     NOW_MS,
     Case,
     Check,
@@ -20,11 +16,8 @@ from tests.support.controllers import (
     Seed,
     StateTable,
     change_uri,
-    crash_points,
-    run_case,
-    run_crash_repair,
-    run_redelivery,
 )
+from tests.support.tables import table_tests
 
 R = "demo/1"
 RECEIVED = NOW_MS - 60_000
@@ -127,21 +120,5 @@ def test_the_table_covers_every_request_state() -> None:
     assert seeded | {RequestState.STARTED} == set(RequestState)
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
-@pytest.mark.parametrize("case", TABLE.cases, ids=lambda c: c.id)
-async def test_row(rig: Rig, case: Case) -> None:
-    await run_case(rig, StartController(rig.deps), "start", case)
-
-
-@pytest.mark.parametrize("database_url", CONTROLLER_ONLY, indirect=True)
-@pytest.mark.parametrize(("case", "crash"), crash_points(TABLE.cases),
-                         ids=lambda x: x if isinstance(x, str) else x.id)
-async def test_crash_before_publishing_is_repaired(rig: Rig, case: Case, crash: str) -> None:
-    await run_crash_repair(rig, StartController(rig.deps), "start", case, crash)
-
-
-@pytest.mark.parametrize("database_url", CONTROLLER_ONLY, indirect=True)
-@pytest.mark.parametrize("case", [c for c in TABLE.cases if c.raises is None],
-                         ids=lambda c: c.id)
-async def test_a_duplicate_delivery_writes_nothing(rig: Rig, case: Case) -> None:
-    await run_redelivery(rig, StartController(rig.deps), "start", case)
+test_row, test_crash_before_publishing_is_repaired, test_a_duplicate_delivery_writes_nothing = (
+    table_tests(TABLE, StartController, "start"))

@@ -9,27 +9,20 @@ from itertools import permutations
 from typing import Any
 from unittest import mock
 
-import pytest
-
 from app.controllers.common import Deps, terminate_request
 from app.db.repos import requests as request_repo
 from app.domain.errors import NotFound, VersionMismatch
 from app.domain.states import RequestState
 from app.queue import Delivery
-from tests.conftest import BACKENDS
 from tests.support.controllers import (
-    CONTROLLER_ONLY,
     NOW_MS,
     Case,
     Check,
     Rig,
     Seed,
     StateTable,
-    crash_points,
-    run_case,
-    run_crash_repair,
-    run_redelivery,
 )
+from tests.support.tables import table_tests
 
 R = "demo/1"
 MD = {"batch_id": "demo/batch/1"}
@@ -140,21 +133,5 @@ def test_every_live_state_is_terminated() -> None:
     assert live == {s.value for s in LIVE} and {*LIVE, *TERMINAL} == set(RequestState)
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
-@pytest.mark.parametrize("case", TABLE.cases, ids=lambda c: c.id)
-async def test_row(rig: Rig, case: Case) -> None:
-    await run_case(rig, Terminate(rig.deps), "terminate", case)
-
-
-@pytest.mark.parametrize("database_url", CONTROLLER_ONLY, indirect=True)
-@pytest.mark.parametrize(("case", "crash"), crash_points(TABLE.cases),
-                         ids=lambda x: x if isinstance(x, str) else x.id)
-async def test_crash_before_publishing_is_repaired(rig: Rig, case: Case, crash: str) -> None:
-    await run_crash_repair(rig, Terminate(rig.deps), "terminate", case, crash)
-
-
-@pytest.mark.parametrize("database_url", CONTROLLER_ONLY, indirect=True)
-@pytest.mark.parametrize("case", [c for c in TABLE.cases if c.raises is None],
-                         ids=lambda c: c.id)
-async def test_a_duplicate_delivery_writes_nothing(rig: Rig, case: Case) -> None:
-    await run_redelivery(rig, Terminate(rig.deps), "terminate", case)
+test_row, test_crash_before_publishing_is_repaired, test_a_duplicate_delivery_writes_nothing = (
+    table_tests(TABLE, Terminate, "terminate"))

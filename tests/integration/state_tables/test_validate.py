@@ -12,8 +12,6 @@ from dataclasses import replace
 from typing import Any
 from unittest import mock
 
-import pytest
-
 from app.controllers import validate
 from app.controllers.validate import ValidateController
 from app.db.repos import changes as change_repo
@@ -21,9 +19,7 @@ from app.db.repos import requests as request_repo
 from app.domain.entities import LandRequest
 from app.domain.errors import NotFound, VersionMismatch
 from app.domain.states import RequestState
-from tests.conftest import BACKENDS
 from tests.support.controllers import (
-    CONTROLLER_ONLY,
     Case,
     Check,
     FakeDelivery,
@@ -31,11 +27,8 @@ from tests.support.controllers import (
     Seed,
     StateTable,
     change_uri,
-    crash_points,
-    run_case,
-    run_crash_repair,
-    run_redelivery,
 )
+from tests.support.tables import table_tests
 
 R = "demo/1"
 MSG = {"id": R, "queue": "demo"}
@@ -181,21 +174,5 @@ def test_every_documented_row_has_a_case() -> None:
     assert TABLE.missing() == [] and TABLE.unknown() == []
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
-@pytest.mark.parametrize("case", TABLE.cases, ids=lambda c: c.id)
-async def test_row(rig: Rig, case: Case) -> None:
-    await run_case(rig, ValidateController(rig.deps), "validate", case)
-
-
-@pytest.mark.parametrize("database_url", CONTROLLER_ONLY, indirect=True)
-@pytest.mark.parametrize(("case", "crash"), crash_points(TABLE.cases),
-                         ids=lambda x: x if isinstance(x, str) else x.id)
-async def test_crash_before_publishing_is_repaired(rig: Rig, case: Case, crash: str) -> None:
-    await run_crash_repair(rig, ValidateController(rig.deps), "validate", case, crash)
-
-
-@pytest.mark.parametrize("database_url", CONTROLLER_ONLY, indirect=True)
-@pytest.mark.parametrize("case", [c for c in TABLE.cases if c.raises is None],
-                         ids=lambda c: c.id)
-async def test_a_duplicate_delivery_writes_nothing(rig: Rig, case: Case) -> None:
-    await run_redelivery(rig, ValidateController(rig.deps), "validate", case)
+test_row, test_crash_before_publishing_is_repaired, test_a_duplicate_delivery_writes_nothing = (
+    table_tests(TABLE, ValidateController, "validate"))
