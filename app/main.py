@@ -16,6 +16,7 @@ from starlette.middleware.cors import CORSMiddleware
 from app import __version__
 from app.api import health
 from app.api.app_routes import install
+from app.api.events import EventHub
 from app.api.middleware import HttpMetrics, SecurityHeaders
 from app.controllers.common import Deps, log_ids
 from app.controllers.pipeline import TopicSettings, build_consumers, build_topology
@@ -184,6 +185,9 @@ def create_app(
         try:
             yield
         finally:
+            hub = getattr(app.state, "event_hub", None)  # made on the first stream
+            if isinstance(hub, EventHub):
+                await hub.aclose()  # its poller's read ends before the database closes
             await runtime.stop()
 
     app = FastAPI(

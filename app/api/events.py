@@ -193,6 +193,19 @@ class EventHub:
             sub.end("closing")
         self._stop.set()
 
+    async def aclose(self, timeout_s: float = 5.0) -> None:
+        """``close``, then wait (bounded) for the poller to finish its read, so the
+        database can be disposed without a connection still checked out."""
+        self.close()
+        task = self._task
+        if task is not None and not task.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(task), timeout_s)
+            except TimeoutError:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
     async def _run(self) -> None:
         try:
             while self.subscribers and not self.closing:

@@ -68,7 +68,7 @@ async def test_the_stream_cap_holds_while_the_first_read_is_slow(
         assert not hub.subscribers
         assert isinstance(await hub.subscribe("demo"), events.Subscriber)  # slots come back
     finally:
-        hub.close()
+        await hub.aclose()
         await db.dispose()
 
 
