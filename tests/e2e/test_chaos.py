@@ -31,15 +31,17 @@ async def test_sigkilled_servers_lose_and_duplicate_nothing(
 ) -> None:
     sqlite = database_url.startswith("sqlite")
     cfg = ChaosConfig(
-        n=8, kills=2, processes=1 if sqlite else 3, seed=7, rate=4.0,
-        kill_gap_s=(0.3, 1.0), cancel_window_s=2.0,
+        n=8, kills=3, processes=1 if sqlite else 3, seed=7, rate=4.0,
+        kill_gap_s=(0.2, 0.6), cancel_window_s=2.0,
         victim="busiest", kill_while_submitting=False, aim_at_leases=True,
         visibility_timeout_ms=2000, settle_timeout_s=90, quiet_timeout_s=30,
     )
     result = await run_chaos(cfg, database_url, tmp_path, "SQLite" if sqlite else "PostgreSQL")
     report = details(result)
-    assert result.kills == 2, report
-    # at least one kill took work down with it: leases that had to be redelivered
+    assert result.kills == 3, report
+    # at least one kill took work down with it: leases that had to be redelivered (a
+    # kill aims at a process holding a lease, but its handler may finish between the
+    # look and the SIGKILL: three kills, so one of them lands)
     assert sum(k.orphaned_leases for k in result.kill_log) >= 1, report
     assert any(k.in_flight_requests for k in result.kill_log), report
     assert result.requests == 8 and result.terminal_pct == 100.0, report
