@@ -6,9 +6,8 @@ the competing path to a known state), on SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -24,13 +23,14 @@ from app.controllers.validate import ValidateController
 from app.db.repos import batches as batch_repo
 from app.db.repos import requests as request_repo
 from app.domain import messages as m
-from app.domain.entities import Batch, LandRequest
+from app.domain.entities import Batch
 from app.domain.errors import VersionMismatch
 from app.domain.states import BatchState, RequestState
 from app.extensions.merger.fake import FakeMerger
 from tests.conftest import BACKENDS
 from tests.e2e.harness import Server, change, serve
 from tests.support.interleave import hook
+from tests.support.races import ORCH, request_row, until
 
 pytestmark = [
     pytest.mark.parametrize("database_url", BACKENDS, indirect=True),
@@ -38,24 +38,6 @@ pytestmark = [
 ]
 
 FAST = {"queue_max_attempts": 2}
-ORCH = m.ORCHESTRATOR_GROUP
-
-
-async def until(what: str, probe: Callable[[], Awaitable[Any]], timeout: float = 20) -> Any:
-    """Poll ``probe`` until it returns something truthy; fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not {what} within {timeout}s")
-        await asyncio.sleep(0.05)
-
-
-async def request_row(server: Server, sqid: str) -> LandRequest:
-    async with server.runtime.db.read() as s:
-        return await request_repo.get(s, queue="demo", id=sqid)
 
 
 async def batches_of(server: Server, sqid: str) -> list[Batch]:
