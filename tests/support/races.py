@@ -91,11 +91,21 @@ async def settle(server: Server) -> None:
     await until("every topic drained", lambda: settled(server))
 
 
+async def _terminal_row(server: Server, sqid: str) -> bool:
+    return (await request_row(server, sqid)).state.value in TERMINAL
+
+
 async def assert_one_terminal(server: Server, sqid: str, expected: str) -> None:
     """The request ended ``expected`` in its row, its summary and its history, and its
-    history holds exactly one terminal status, the last one."""
+    history holds exactly one terminal status, the last one.
+
+    A build in progress holds no message on any topic (its verdict arrives by callback
+    or poll), so "every topic drained" alone can be seen mid-build: wait for the row to
+    reach a terminal state first, then for the fan-out that follows to drain."""
+    await until(f"{sqid} terminal", lambda: _terminal_row(server, sqid), timeout=30)
     await settle(server)
-    assert (await request_row(server, sqid)).state.value == expected
+    row = await request_row(server, sqid)
+    assert row.state.value == expected, (row.state.value, await server.statuses(sqid))
     assert (await server.summary(sqid))["status"] == expected
     statuses = await server.statuses(sqid)
     ends = [s for s in statuses if s in TERMINAL]
