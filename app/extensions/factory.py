@@ -1,7 +1,8 @@
 """Build each queue's extensions from its configuration (``queues.yaml``).
 
 ```python
-registry = ExtensionRegistry(load_queues_file(settings.queues_file))
+registry = ExtensionRegistry(load_queues_file(settings.queues_file),
+                             scorer_factory=build_scorer)  # app.speculation.scoring
 ext = registry.for_queue("demo")      # QueueExtensions; NotFound for an unknown queue
 await ext.runner.trigger(...)
 ```
@@ -41,7 +42,6 @@ from app.extensions.conflict.analyzers import AllAnalyzer, NoneAnalyzer, PathOve
 from app.extensions.gitutil import git_env
 from app.extensions.merger.fake import FakeMerger, NoopMerger
 from app.extensions.merger.git import GitMerger
-from app.extensions.scorer.constant import ConstantScorer
 
 
 def _git(config: QueueConfig) -> GitConfig:
@@ -121,17 +121,6 @@ def _analyzer(config: QueueConfig) -> ConflictAnalyzer:
             return PathOverlapAnalyzer(by=cfg.by)
         case other:
             assert_never(other)
-
-
-def _scorer(config: QueueConfig) -> Scorer:
-    """Without a scorer factory (the composition root passes the speculation layer's),
-    only the constant scorer can be built here."""
-    cfg = config.scorer
-    if cfg.type != "constant":
-        raise ValidationError(
-            f"queue {config.name!r}: scorer type {cfg.type!r} needs the speculation "
-            "scorers (ExtensionRegistry(..., scorer_factory=build_scorer))")
-    return ConstantScorer(cfg.probability)
 
 
 SANDBOX_README = """\
@@ -263,7 +252,7 @@ ScorerFactory = Callable[[ScorerConfig], Scorer]
 
 
 def build_extensions(config: QueueConfig,
-                     scorer_factory: ScorerFactory | None = None, *,
+                     scorer_factory: ScorerFactory, *,
                      build_store: BuildStore | None = None,
                      public_url: str = DEFAULT_PUBLIC_URL) -> QueueExtensions:
     """Fresh extension instances for one queue, as its configuration selects them.
@@ -281,7 +270,7 @@ def build_extensions(config: QueueConfig,
         analyzer=_analyzer(config),
         runner=_runner(config, build_store or MemoryBuildStore(), public_url),
         merger=_merger(config),
-        scorer=scorer_factory(config.scorer) if scorer_factory else _scorer(config),
+        scorer=scorer_factory(config.scorer),
         build_budget=config.build_budget,
         speculation=config.speculation,
     )
@@ -290,16 +279,19 @@ def build_extensions(config: QueueConfig,
 class ExtensionRegistry:
     """The extensions of every configured queue, built once, looked up by queue name.
 
-    ``overrides`` replaces the built extensions of some queues (tests inject their own
-    fakes this way); each overridden queue must be configured.
+    ``scorer_factory`` builds a queue's scorer from its configuration: the scorers are
+    pure and live in the speculation layer, so the composition root passes
+    ``app.speculation.scoring.build_scorer``. ``overrides`` replaces the built extensions
+    of some queues (tests inject their own fakes this way); each overridden queue must
+    be configured.
     """
 
     def __init__(
         self,
         configs: Mapping[str, QueueConfig],
         *,
+        scorer_factory: ScorerFactory,
         overrides: Mapping[str, QueueExtensions] | None = None,
-        scorer_factory: ScorerFactory | None = None,
         build_store: BuildStore | None = None,
         public_url: str = DEFAULT_PUBLIC_URL,
     ) -> None:
@@ -342,8 +334,7 @@ class ExtensionRegistry:
         return check
 
     @classmethod
-    def from_file(cls, path: Path, *,
-                  scorer_factory: ScorerFactory | None = None) -> ExtensionRegistry:
+    def from_file(cls, path: Path, *, scorer_factory: ScorerFactory) -> ExtensionRegistry:
         return cls(load_queues_file(path), scorer_factory=scorer_factory)
 
     def names(self) -> list[str]:

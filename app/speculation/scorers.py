@@ -1,7 +1,7 @@
 """Pure scorers: P(batch ultimately lands) from what the change provider reported.
 
 Each implements ``score(batch_id, changes) -> float`` (the queue's Scorer protocol).
-A constant scorer lives in ``app/extensions/scorer/constant.py``. No I/O here.
+The constant scorer and the factory from configuration live in ``scoring.py``. No I/O here.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from app.domain.queue_config import ScorerConfig
 from app.speculation.scorers import CombinedScorer, HistoryScorer, Scorer, SizeScorer
 
 
-class FixedScorer:
+class ConstantScorer:
     """Every batch gets the same probability."""
 
     def __init__(self, probability: float) -> None:
@@ -31,7 +31,7 @@ class FixedScorer:
 def build_scorer(cfg: ScorerConfig) -> Scorer:
     match cfg.type:
         case "constant":
-            return FixedScorer(cfg.probability)
+            return ConstantScorer(cfg.probability)
         case "size":
             return SizeScorer([(b.min_lines, b.max_lines, b.p) for b in cfg.buckets],
                               default=cfg.default)

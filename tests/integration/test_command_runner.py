@@ -32,6 +32,7 @@ from app.extensions.factory import (
     prepare_repository,
     sandbox_test_script,
 )
+from app.speculation.scoring import build_scorer
 from tests.gitfixtures import GitSandbox, change_uri
 from tests.support.builds import build_request
 
@@ -519,7 +520,7 @@ def test_the_factory_builds_a_command_runner_and_upgrades_an_old_sandbox(
                          "timeout_s": 120, "max_parallel": 3}}]})
     config = parse_queues(text, base_dir=tmp_path)["sandbox"]
     for _ in range(2):  # twice: the second start adds nothing
-        runner = build_extensions(config).runner
+        runner = build_extensions(config, build_scorer).runner
     assert isinstance(runner, CommandBuildRunner)
     assert (runner.command, runner.timeout_s, runner.max_parallel) == (
         ("{python}", "sq_test.py"), 120, 3)

@@ -47,6 +47,7 @@ from app.domain.states import (
 )
 from app.extensions.factory import build_extensions
 from app.queue import Broker
+from app.speculation.scoring import build_scorer
 from tests.conftest import BACKENDS, PG_SKIP_REASON, PG_URL
 from tests.integration.queue_support import FakeClock, started_broker
 from tests.support.interleave import hook
@@ -120,7 +121,7 @@ class World:
 @asynccontextmanager
 async def world(database_url: str, tmp_path: Path) -> AsyncIterator[World]:
     (config,) = parse_queues(QUEUES_YAML, base_dir=tmp_path).values()
-    extensions = build_extensions(config)
+    extensions = build_extensions(config, build_scorer)
     clock = FakeClock()
     db = Database(database_url)
     try:

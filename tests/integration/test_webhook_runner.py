@@ -34,6 +34,7 @@ from app.extensions.builds.webhook import (
 )
 from app.extensions.factory import build_extensions
 from app.queue import classify
+from app.speculation.scoring import build_scorer
 from tests.ci_standin import CI, SECRET, running_ci, signed, webhook_queues
 from tests.conftest import BACKENDS
 from tests.e2e.harness import change, free_port, serve
@@ -208,10 +209,10 @@ def test_a_missing_secret_is_a_clear_start_up_error(monkeypatch: pytest.MonkeyPa
         "type": "webhook", "url": "https://ci.example/hook",
         "secret_env": "SQ_WEBHOOK_SECRET_NOPE"}})
     with pytest.raises(ValidationError) as info:
-        build_extensions(cfg)
+        build_extensions(cfg, build_scorer)
     assert "SQ_WEBHOOK_SECRET_NOPE" in str(info.value) and "'ciq'" in str(info.value)
     monkeypatch.setenv("SQ_WEBHOOK_SECRET_NOPE", SECRET)
-    built = build_extensions(cfg, public_url="https://sq.example")
+    built = build_extensions(cfg, build_scorer, public_url="https://sq.example")
     assert isinstance(built.runner, WebhookBuildRunner)
     assert SECRET not in repr(built.runner) and SECRET not in repr(cfg)
 

@@ -29,6 +29,7 @@ from app.extensions.base import BuildReport
 from app.extensions.builds.command import CommandBuildRunner
 from app.extensions.builds.sandbox import Bwrap, SandboxUnavailable, find_bwrap
 from app.extensions.factory import build_extensions
+from app.speculation.scoring import build_scorer
 from tests.gitfixtures import GitSandbox, change_uri
 from tests.security.attack import ATTACK, needs_bwrap
 from tests.support.builds import build_request
@@ -424,7 +425,8 @@ def test_the_factory_sandboxes_command_builds_unless_told_not_to(tmp_path: Path)
         text = json.dumps({"queues": [{"name": name, "git": {
             "repository": "./remote.git", "repo_key": "h/r"}, "build_runner": {
             "type": "command", "command": ["make"], **extra}}]})
-        runner = build_extensions(parse_queues(text, base_dir=tmp_path)[name]).runner
+        runner = build_extensions(parse_queues(text, base_dir=tmp_path)[name],
+                                  build_scorer).runner
         assert isinstance(runner, CommandBuildRunner)
         runners[name] = runner.sandbox.sandbox
     assert runners == {"default": Bwrap(network=False), "net": Bwrap(network=True),

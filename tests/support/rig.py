@@ -36,6 +36,7 @@ from app.domain.queue_config import parse_queues
 from app.domain.states import BatchState, BuildStatus, LandStrategy, RequestState
 from app.extensions.base import QueueExtensions
 from app.extensions.factory import build_extensions
+from app.speculation.scoring import build_scorer
 from tests.support.doubles import (
     NOW_MS,
     QUEUE,
@@ -59,7 +60,7 @@ def _demo_config() -> Any:
 def demo_extensions() -> QueueExtensions:
     """The ``demo`` queue of the example queues file: fakes only (fresh ones each time;
     the file is read once)."""
-    return build_extensions(_demo_config())
+    return build_extensions(_demo_config(), build_scorer)
 
 
 @dataclass

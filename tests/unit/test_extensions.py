@@ -35,9 +35,8 @@ from app.extensions.factory import (
     load_queues_file,
 )
 from app.extensions.merger.fake import FakeMerger, NoopMerger
-from app.extensions.scorer.constant import ConstantScorer
 from app.queue import classify
-from app.speculation.scoring import build_scorer
+from app.speculation.scoring import ConstantScorer, build_scorer
 
 ROOT = Path(__file__).resolve().parents[2]
 SHA1 = "1" * 40
@@ -453,7 +452,7 @@ def test_build_extensions_follows_the_config() -> None:
             "build_budget": 7,
         }
     )
-    ext = build_extensions(cfg)
+    ext = build_extensions(cfg, build_scorer)
     assert isinstance(ext.provider, FakeChangeProvider)
     assert isinstance(ext.runner, FakeBuildRunner)
     assert ext.runner.delay_ms == 250
@@ -471,11 +470,11 @@ def test_build_extensions_follows_the_config() -> None:
 )
 def test_build_extensions_analyzer_types(analyzer: str, cls: type) -> None:
     cfg = QueueConfig.model_validate({"name": "q", "conflict_analyzer": {"type": analyzer}})
-    assert isinstance(build_extensions(cfg).analyzer, cls)
+    assert isinstance(build_extensions(cfg, build_scorer).analyzer, cls)
 
 
 def test_build_extensions_defaults() -> None:
-    ext = build_extensions(QueueConfig(name="q"))
+    ext = build_extensions(QueueConfig(name="q"), build_scorer)
     assert isinstance(ext.merger, FakeMerger)
     assert isinstance(ext.analyzer, PathOverlapAnalyzer)
     assert ext.analyzer.by == "directory"
@@ -487,7 +486,7 @@ def _configs(*names: str) -> dict[str, QueueConfig]:
 
 
 def test_registry_lookup_and_names() -> None:
-    reg = ExtensionRegistry(_configs("beta", "alpha"))
+    reg = ExtensionRegistry(_configs("beta", "alpha"), scorer_factory=build_scorer)
     assert reg.names() == ["beta", "alpha"]
     assert "alpha" in reg
     assert "gamma" not in reg
@@ -498,7 +497,7 @@ def test_registry_lookup_and_names() -> None:
 
 
 def test_registry_unknown_queue_is_not_found() -> None:
-    reg = ExtensionRegistry(_configs("demo"))
+    reg = ExtensionRegistry(_configs("demo"), scorer_factory=build_scorer)
     for lookup in (reg.for_queue, reg.config):
         with pytest.raises(NotFound) as info:
             lookup("nope")
@@ -517,11 +516,12 @@ def test_registry_overrides() -> None:
         scorer=ConstantScorer(0.5),
         build_budget=1,
     )
-    reg = ExtensionRegistry(_configs("a", "b"), overrides={"a": custom})
+    reg = ExtensionRegistry(_configs("a", "b"), scorer_factory=build_scorer,
+                            overrides={"a": custom})
     assert reg.for_queue("a") is custom
     assert isinstance(reg.for_queue("b").analyzer, PathOverlapAnalyzer)
     with pytest.raises(ValueError, match="'c'"):
-        ExtensionRegistry(_configs("a"), overrides={"c": custom})
+        ExtensionRegistry(_configs("a"), scorer_factory=build_scorer, overrides={"c": custom})
 
 
 def test_load_queues_file_missing(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from app.domain.entities import ChangeDetails, ChangedFile
 from app.domain.errors import ValidationError
 from app.domain.queue_config import parse_queues
 from app.speculation.scorers import CombinedScorer, HistoryScorer, SizeScorer
-from app.speculation.scoring import FixedScorer, build_scorer, learners, observe_build
+from app.speculation.scoring import ConstantScorer, build_scorer, learners, observe_build
 
 
 def scorer_of(block: str) -> object:
@@ -22,7 +22,7 @@ def change(author: str, *paths: str, lines: int = 1) -> ChangeDetails:
 
 
 def test_each_scorer_type_is_built_from_its_block() -> None:
-    assert isinstance(scorer_of("{type: constant, probability: 0.8}"), FixedScorer)
+    assert isinstance(scorer_of("{type: constant, probability: 0.8}"), ConstantScorer)
     size = scorer_of("{type: size, buckets: [{min_lines: 0, max_lines: 9, p: 0.99}], "
                      "default: 0.5}")
     assert isinstance(size, SizeScorer)
@@ -68,4 +68,4 @@ def test_history_learns_pass_and_fail_only_where_the_evidence_points() -> None:
 def test_scorers_without_history_ignore_observations() -> None:
     fixed = scorer_of("{type: constant, probability: 0.7}")
     observe_build(fixed, head=[change("a", "x")], base=[], passed=False)
-    assert isinstance(fixed, FixedScorer) and fixed.score("b", []) == 0.7
+    assert isinstance(fixed, ConstantScorer) and fixed.score("b", []) == 0.7

@@ -1,1 +1,0 @@
-"""Scorers: how likely a batch is to land, for speculation."""
