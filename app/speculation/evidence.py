@@ -55,20 +55,7 @@ def refine(probs: Mapping[str, float], entries: Mapping[str, Sequence[PathEntry]
     ``entries``. Batches with no evidence keep their probability; batches that only
     appear in evidence get the generator's default as prior."""
     policy = policy or EvidencePolicy()
-    good: set[str] = {b for b, r in res.items() if r is Resolution.SUCCEEDED}
-    failures: list[tuple[str, ...]] = []
-    for es in entries.values():
-        for e in es:
-            if e.status is PathStatus.PASSED:
-                good.add(e.path.head)
-                good.update(e.path.base)
-    for es in entries.values():
-        for e in es:
-            if e.status is PathStatus.FAILED:
-                suspects = tuple(dict.fromkeys(
-                    b for b in (e.path.head, *e.path.base) if b not in good))
-                if suspects:
-                    failures.append(suspects)
+    good, failures = _evidence(entries, res)
     prior = {b: sanitize(p) for b, p in probs.items()}
     for s in failures:
         for b in s:
@@ -77,6 +64,32 @@ def refine(probs: Mapping[str, float], entries: Mapping[str, Sequence[PathEntry]
         prior[b] = max(prior.get(b, DEFAULT_PROBABILITY), policy.passed_p)
     if not failures:
         return prior
+    return _explain_failures(prior, failures, policy)
+
+
+def _evidence(entries: Mapping[str, Sequence[PathEntry]], res: Mapping[str, Resolution],
+              ) -> tuple[set[str], list[tuple[str, ...]]]:
+    """The batches vouched for (landed, or in a passed build) and, per failed build, its
+    suspects: the batches in it that nothing vouched for."""
+    finished = [e for es in entries.values() for e in es]
+    good: set[str] = {b for b, r in res.items() if r is Resolution.SUCCEEDED}
+    for e in finished:
+        if e.status is PathStatus.PASSED:
+            good.add(e.path.head)
+            good.update(e.path.base)
+    failures: list[tuple[str, ...]] = []
+    for e in finished:
+        if e.status is PathStatus.FAILED:
+            suspects = tuple(dict.fromkeys(
+                b for b in (e.path.head, *e.path.base) if b not in good))
+            if suspects:
+                failures.append(suspects)
+    return good, failures
+
+
+def _explain_failures(prior: dict[str, float], failures: Sequence[tuple[str, ...]],
+                      policy: EvidencePolicy) -> dict[str, float]:
+    """``policy.rounds`` rounds of Bayes' rule over the failed builds' suspects."""
     current = dict(prior)
     for _ in range(policy.rounds):
         ratio: dict[str, float] = {}
