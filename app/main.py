@@ -1,12 +1,13 @@
 """Composition root: ``create_app(settings)`` builds the FastAPI app; its lifespan
-migrates the database and starts the background services (queue consumers, then the
-scheduler of periodic jobs; stopped in the reverse order)."""
+migrates the database and starts the background services (queue broker, command
+runners, consumers, then the scheduler of periodic jobs) on an ``AsyncExitStack``: they
+stop in the reverse order, also when a later one fails to start."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 from alembic.script import ScriptDirectory
@@ -100,35 +101,58 @@ class Runtime:
             self.scheduler.every("speculate-resync", settings.speculate_resync_ms,
                                  self.resync.run)
         self.started = False
+        # stops, newest first: each service's is pushed just before it starts
+        self._stack = AsyncExitStack()
+        self._stack.push_async_callback(self.db.dispose)
 
     async def start(self) -> None:
+        """Migrate (or check the migrations), then start the services in order: queue
+        broker, command runners (worker roles), consumers, scheduler.
+
+        Each service's stop is registered on an ``AsyncExitStack`` before it starts, so
+        a start-up that fails part-way stops every service it had started (and the one
+        that failed, whose stop must cope with a partial start), newest first, and
+        re-raises; ``stop()`` unwinds the same stack."""
+        try:
+            await self._check_migrations()
+            services: list[tuple[str, Callable[[], Awaitable[Any]],
+                                 Callable[[], Awaitable[Any]]]] = [
+                ("queue broker", self.broker.start, self.broker.close)]
+            if self.settings.role in ("all", "worker"):
+                # command runners: mark builds a previous run of this server lost, heartbeat
+                services.append(("command runners", self.extensions.start,
+                                 self.extensions.stop))  # running builds end `errored`
+            services += [("consumers", self.consumers.start, self.consumers.stop),
+                         ("scheduler", self.scheduler.start, self.scheduler.stop)]
+            for name, start, stop in services:
+                self._stack.push_async_callback(_logged_stop, name, stop)
+                await start()
+        except BaseException:
+            await self.stop()
+            raise
+        self.started = True
+        log.info("submitqueue started", extra={"role": self.settings.role})
+
+    async def _check_migrations(self) -> None:
         if self.settings.auto_migrate:
             await migrate.upgrade(self.settings.database_url)
             if self.settings.queue_database_url:
                 await migrate.upgrade(self.settings.queue_database_url)
-        else:
-            state = migration_state(await migrate.current_revision(self.db.engine),
-                                    self.settings.database_url)
-            if not state["ok"]:
-                raise RuntimeError(
-                    f"the database is at migration {state['current']}; this version needs "
-                    f"{state['head']}: run `submitqueue db upgrade` (SQ_AUTO_MIGRATE is off)")
-        await self.broker.start()
-        if self.settings.role in ("all", "worker"):
-            # command runners: mark builds a previous run of this server lost, heartbeat
-            await self.extensions.start()
-        await self.consumers.start()
-        await self.scheduler.start()
-        self.started = True
-        log.info("submitqueue started", extra={"role": self.settings.role})
+            return
+        state = migration_state(await migrate.current_revision(self.db.engine),
+                                self.settings.database_url)
+        if not state["ok"]:
+            raise RuntimeError(
+                f"the database is at migration {state['current']}; this version needs "
+                f"{state['head']}: run `submitqueue db upgrade` (SQ_AUTO_MIGRATE is off)")
 
     async def stop(self) -> None:
+        """Stop what ``start()`` started, newest first, then dispose of the database
+        engine; safe to call twice and after a failed or missing start."""
         self.started = False
-        await self.scheduler.stop()
-        await self.consumers.stop()
-        await self.extensions.stop()  # running builds end `errored` (interrupted)
-        await self.broker.close()
-        await self.db.dispose()
+        stack, self._stack = self._stack, AsyncExitStack()
+        self._stack.push_async_callback(self.db.dispose)
+        await stack.aclose()
 
     async def readiness(self) -> dict[str, dict[str, Any]]:
         checks: dict[str, dict[str, Any]] = {}
@@ -153,6 +177,14 @@ class Runtime:
             "running": running,
         }
         return checks
+
+
+async def _logged_stop(name: str, stop: Callable[[], Awaitable[Any]]) -> None:
+    """One service's stop; its failure is logged and does not keep the others running."""
+    try:
+        await stop()
+    except Exception:
+        log.exception("stopping a service failed; stopping the rest", extra={"service": name})
 
 
 def migration_state(current: str | None, url: str) -> dict[str, Any]:
