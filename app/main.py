@@ -86,24 +86,36 @@ class Runtime:
                             concurrency=settings.queue_concurrency),
             poll_interval_ms=settings.queue_poll_interval_ms,
             shutdown_grace_ms=settings.queue_shutdown_grace_ms,
-            retention_ms=settings.queue_retention_ms if orchestrator else None,
-            gc_interval_ms=settings.queue_gc_interval_ms,
             chaos=Chaos(duplicate=settings.queue_chaos_duplicate,
                         fail_rate=settings.queue_chaos_fail_rate),
             on_handled=self.metrics.on_handled,
             log_context=log_ids,
         )
-        self.scheduler = Scheduler()
+        self.scheduler = Scheduler(on_run=self.metrics.job_finished)
         self.resync: SpeculateResync | None = None
-        if orchestrator and settings.speculate_resync_ms:
-            self.resync = SpeculateResync(self.deps, list(self.queues),
-                                          interval_ms=settings.speculate_resync_ms)
-            self.scheduler.every("speculate-resync", settings.speculate_resync_ms,
-                                 self.resync.run)
+        self._schedule_jobs(orchestrator)
         self.started = False
         # stops, newest first: each service's is pushed just before it starts
         self._stack = AsyncExitStack()
         self._stack.push_async_callback(self.db.dispose)
+
+    def _schedule_jobs(self, orchestrator: bool) -> None:
+        """Every periodic job of this process, on its one scheduler (``app/scheduler.py``
+        has the table)."""
+        settings, every = self.settings, self.scheduler.every
+        if settings.metrics_refresh_ms:  # 0: every scrape reads the state itself
+            every("metrics-refresh", settings.metrics_refresh_ms,
+                  lambda: self.metrics.refresh(force=True))
+        if not orchestrator:
+            return
+        if settings.speculate_resync_ms:
+            self.resync = SpeculateResync(self.deps, list(self.queues),
+                                          interval_ms=settings.speculate_resync_ms)
+            every("speculate-resync", settings.speculate_resync_ms, self.resync.run)
+        every("queue-gc", settings.queue_gc_interval_ms,
+              lambda: self.broker.collect_garbage(settings.queue_retention_ms))
+        for job in self.extensions.periodic_jobs():
+            every(job.name, job.interval_ms, job.run)
 
     async def start(self) -> None:
         """Migrate (or check the migrations), then start the services in order: queue

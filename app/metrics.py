@@ -188,6 +188,14 @@ class Metrics:
                                       buckets=HTTP_BUCKETS, registry=r)
         self.refresh_errors = Counter(f"{NS}_metrics_refresh_errors", "Failed or timed-out "
                                       "reads of the database state", registry=r)
+        self.job_runs = Counter(f"{NS}_scheduler_job_runs", "Runs of the scheduler's periodic "
+                                "jobs by outcome (ok, error)", ["job", "outcome"], registry=r)
+        self.job_seconds = Histogram(f"{NS}_scheduler_job_duration_seconds",
+                                     "One run of a periodic job", ["job"],
+                                     buckets=HANDLER_BUCKETS, registry=r)
+        self.job_last_ok = Gauge(f"{NS}_scheduler_job_last_success_timestamp_seconds",
+                                 "When each periodic job last ran without error (unix s)",
+                                 ["job"], registry=r)
         r.register(_StateCollector(self))
 
     # -- wiring -------------------------------------------------------------------
@@ -214,6 +222,13 @@ class Metrics:
         if finished is not None:
             status, seconds = finished
             self.land_seconds.labels(entry.queue, status).observe(seconds)
+
+    # -- scheduler hook -----------------------------------------------------------
+    def job_finished(self, job: str, ok: bool, seconds: float) -> None:
+        self.job_runs.labels(job, "ok" if ok else "error").inc()
+        self.job_seconds.labels(job).observe(seconds)
+        if ok:
+            self.job_last_ok.labels(job).set(time.time())
 
     # -- HTTP ---------------------------------------------------------------------
     def observe_http(self, method: str, route: str, status: int, seconds: float) -> None:

@@ -11,6 +11,16 @@ Jobs the runtime registers (``app/main.py``; worker and ``all`` roles):
 | Job | Interval | What |
 |---|---|---|
 | ``speculate-resync`` | ``SQ_SPECULATE_RESYNC_MS`` (0 = off) | a ``speculate`` wake-up per merge queue with active batches, one message id per queue per interval (``app/controllers/resync.py``) |
+| ``queue-gc`` | ``SQ_QUEUE_GC_INTERVAL_MS`` | delete settled queue messages older than ``SQ_QUEUE_RETENTION_MS`` (``Broker.collect_garbage``; a delete of old rows, harmless when several processes run it) |
+| ``build-heartbeat:<queue>`` | the command runner's ``heartbeat_ms`` (2 s) | a command runner's heartbeat for its own unfinished builds, their logs so far, and cancels asked by other processes (``CommandBuildRunner.beat``; each process beats only for its own builds) |
+
+Every role also runs ``metrics-refresh`` (``SQ_METRICS_REFRESH_MS``): the database state
+behind ``/metrics`` is read in the background, so a scrape does not wait on it (a scrape
+still reads it itself when the snapshot is older than the interval).
+
+Every run is counted in ``/metrics``: ``submitqueue_scheduler_job_runs_total{job,outcome}``,
+``submitqueue_scheduler_job_duration_seconds{job}`` and
+``submitqueue_scheduler_job_last_success_timestamp_seconds{job}``.
 
 ``start()`` begins firing (first run one interval after it); ``stop()`` stops firing,
 waits up to ``shutdown_grace_ms`` for runs in progress, cancels the rest and shuts
@@ -21,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC
 from typing import Any
@@ -33,9 +44,15 @@ log = logging.getLogger("submitqueue.scheduler")
 Job = Callable[[], Awaitable[Any]]
 
 
+JobObserver = Callable[[str, bool, float], None]  # job name, ok, seconds
+
+
 class Scheduler:
-    def __init__(self, *, shutdown_grace_ms: int = 5000) -> None:
+    def __init__(self, *, shutdown_grace_ms: int = 5000,
+                 on_run: JobObserver | None = None) -> None:
+        """``on_run`` hears of every finished run (the metrics: runs, duration, last ok)."""
         self.shutdown_grace_ms = shutdown_grace_ms
+        self.on_run = on_run
         self.runs: dict[str, int] = {}
         self.failures: dict[str, int] = {}
         self._scheduler = AsyncIOScheduler(timezone=UTC)
@@ -66,8 +83,10 @@ class Scheduler:
             task = asyncio.current_task()
             if task is not None:
                 self._in_progress.add(task)
+            began, ok = time.monotonic(), False
             try:
                 await job()
+                ok = True
                 self.runs[name] = self.runs.get(name, 0) + 1
             except Exception:
                 self.failures[name] = self.failures.get(name, 0) + 1
@@ -76,6 +95,8 @@ class Scheduler:
             finally:
                 if task is not None:
                     self._in_progress.discard(task)
+                if self.on_run is not None:
+                    self.on_run(name, ok, time.monotonic() - began)
         return run
 
     async def start(self) -> None:

@@ -9,9 +9,9 @@ those as retryable.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from app.domain.build_run import BuildRun
 from app.domain.entities import ChangeDetails
@@ -103,17 +103,30 @@ class BuildRunner(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class PeriodicJob:
+    """Work a service wants run every ``interval_ms`` by the runtime's one scheduler
+    (``app/scheduler.py``); ``name`` is unique among all jobs of the process."""
+
+    name: str
+    interval_ms: int
+    run: Callable[[], Awaitable[Any]]
+
+
 @runtime_checkable
 class Service(Protocol):
     """An extension with background work (e.g. the command runner's heartbeat).
 
     The composition root calls ``start()`` once the database is migrated and ``stop()``
-    before it closes the database.
+    before it closes the database; between the two, its scheduler runs each of
+    ``periodic_jobs()`` (a service starts no loop of its own).
     """
 
     async def start(self) -> None: ...
 
     async def stop(self) -> None: ...
+
+    def periodic_jobs(self) -> Sequence[PeriodicJob]: ...
 
 
 class BuildStore(Protocol):

@@ -27,6 +27,7 @@ from app.extensions.base import (
     ChangeProvider,
     ConflictAnalyzer,
     Merger,
+    PeriodicJob,
     QueueExtensions,
     Scorer,
     Service,
@@ -311,8 +312,14 @@ class ExtensionRegistry:
         """Start the extensions that run in the background (the command runners)."""
         for ext in self._extensions.values():
             if isinstance(ext.runner, Service) and ext.runner not in self._started:
+                self._started.append(ext.runner)  # stop() copes with a failed start
                 await ext.runner.start()
-                self._started.append(ext.runner)
+
+    def periodic_jobs(self) -> list[PeriodicJob]:
+        """What the background extensions want run periodically (their heartbeats); a
+        job of a runner that is not started does nothing."""
+        return [job for ext in self._extensions.values() if isinstance(ext.runner, Service)
+                for job in ext.runner.periodic_jobs()]
 
     async def stop(self) -> None:
         while self._started:

@@ -368,7 +368,8 @@ def _only_our_cancel(handler: asyncio.Task[Any], lease: Lease) -> bool:
 
 
 class ConsumerService:
-    """Runs a set of consumers plus periodic garbage collection, as one lifespan service."""
+    """Runs a set of consumers as one lifespan service (garbage collection of settled
+    messages is a job of the runtime's scheduler: ``Broker.collect_garbage``)."""
 
     def __init__(
         self,
@@ -377,8 +378,6 @@ class ConsumerService:
         *,
         poll_interval_ms: int = 500,
         shutdown_grace_ms: int = 10_000,
-        retention_ms: int | None = None,
-        gc_interval_ms: int = 60_000,
         chaos: Chaos | None = None,
         on_handled: HandledObserver | None = None,
         log_context: LogContext | None = None,
@@ -390,24 +389,10 @@ class ConsumerService:
             for s in specs
         ]
         self.shutdown_grace_ms = shutdown_grace_ms
-        self.retention_ms = retention_ms
-        self.gc_interval_ms = gc_interval_ms
-        self._gc_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         for consumer in self.consumers:
             consumer.start()
-        if self.retention_ms is not None:
-            self._gc_task = asyncio.create_task(self._gc_forever())
-
-    async def _gc_forever(self) -> None:
-        assert self.retention_ms is not None
-        while True:
-            await asyncio.sleep(self.gc_interval_ms / 1000)
-            try:
-                await self.broker.collect_garbage(self.retention_ms)
-            except Exception:
-                log.exception("garbage collection failed")
 
     @property
     def running(self) -> int:
@@ -415,8 +400,4 @@ class ConsumerService:
         return sum(1 for c in self.consumers if c.running)
 
     async def stop(self) -> None:
-        if self._gc_task is not None:
-            self._gc_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._gc_task
         await asyncio.gather(*(c.stop(self.shutdown_grace_ms) for c in self.consumers))

@@ -34,7 +34,7 @@ from app.extensions.factory import (
 )
 from app.speculation.scoring import build_scorer
 from tests.gitfixtures import GitSandbox, change_uri
-from tests.support.builds import build_request
+from tests.support.builds import BeatingRunner, build_request
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -91,7 +91,7 @@ async def store(database_url: str) -> AsyncIterator[SqlBuildStore]:
         await db.dispose()
 
 
-RunnerFactory = Callable[..., CommandBuildRunner]
+RunnerFactory = Callable[..., BeatingRunner]
 
 
 @pytest.fixture
@@ -100,9 +100,9 @@ async def make_runner(
 ) -> AsyncIterator[RunnerFactory]:
     (tmp_path / "probe.py").write_text(PROBE)
     (tmp_path / "seen").mkdir()
-    made: list[CommandBuildRunner] = []
+    made: list[BeatingRunner] = []
 
-    def make(**kw: Any) -> CommandBuildRunner:
+    def make(**kw: Any) -> BeatingRunner:
         args: dict[str, Any] = {
             "queue": "q", "command": ["{python}", str(tmp_path / "probe.py"),
                                       str(tmp_path / "seen")],
@@ -111,7 +111,7 @@ async def make_runner(
             "max_parallel": 2, "kill_grace_s": 1.0,
             "sandbox": None,  # the probe writes outside its tree (tests/security: sandboxed)
             **kw}
-        runner = CommandBuildRunner(**args)
+        runner = BeatingRunner(**args)  # its heartbeat runs, as in a server
         made.append(runner)
         return runner
 
@@ -384,8 +384,8 @@ async def test_a_silent_owner_is_lost_and_a_cancel_reaches_a_live_owner(
     # an owner that stops beating (hung, or its host died) loses its builds
     second = await owner.trigger(request(slow, attempt=2))
     await wait_for_file(tmp_path / "seen" / f"{second}.json")
-    assert owner._heartbeat is not None
-    owner._heartbeat.cancel()
+    assert owner.beating is not None
+    await owner.beating.stop()
     report = await wait_until(other, second, lambda r: r.status.terminal, timeout=10)
     assert report.status is BuildStatus.ERRORED
     assert report.detail.startswith("lost: the process running it stopped (no heartbeat for")

@@ -6,12 +6,14 @@ from __future__ import annotations
 import asyncio
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from app.main import Runtime
 from app.settings import Settings
 from tests.e2e.harness import ROOT
+from tests.support.races import until
 
 SERVICES = {  # the attribute whose start() is made to fail
     "broker": ("broker", "start"),
@@ -21,11 +23,11 @@ SERVICES = {  # the attribute whose start() is made to fail
 }
 
 
-def _runtime(tmp_path: Path) -> Runtime:
+def _runtime(tmp_path: Path, **kw: Any) -> Runtime:
     shutil.copyfile(ROOT / "queues.yaml", tmp_path / "queues.yaml")
     settings = Settings(_env_file=None,  # type: ignore[call-arg]
                         database_url=f"sqlite+aiosqlite:///{tmp_path / 'sq.db'}",
-                        queues_file=tmp_path / "queues.yaml", speculate_resync_ms=1000)
+                        queues_file=tmp_path / "queues.yaml", speculate_resync_ms=1000, **kw)
     return Runtime(settings)
 
 
@@ -80,3 +82,28 @@ async def test_a_full_start_runs_everything_and_stop_ends_it(tmp_path: Path) -> 
         await rt.stop()
     await asyncio.sleep(0)
     assert _running(rt) == NOTHING
+
+
+async def test_the_periodic_jobs_run_on_the_one_scheduler_and_show_in_metrics(
+    tmp_path: Path,
+) -> None:
+    """Queue GC, the resync, each command runner's heartbeat and the metrics refresh are
+    jobs of the runtime's scheduler (no service runs a loop of its own), and each run is
+    counted in /metrics."""
+    rt = _runtime(tmp_path, metrics_refresh_ms=100, queue_gc_interval_ms=1000)
+    assert rt.scheduler.jobs == ["metrics-refresh", "speculate-resync", "queue-gc",
+                                 "build-heartbeat:sandbox"]
+    await rt.start()
+    try:
+        await until("every job ran", lambda: _all_ran(rt), timeout=20)
+        text = rt.metrics.render(None)[0].decode()
+    finally:
+        await rt.stop()
+    for job in rt.scheduler.jobs:
+        assert f'submitqueue_scheduler_job_runs_total{{job="{job}",outcome="ok"}}' in text
+        assert f'submitqueue_scheduler_job_last_success_timestamp_seconds{{job="{job}"}}' \
+            in text
+
+
+async def _all_ran(rt: Runtime) -> bool:
+    return all(rt.scheduler.runs.get(job) for job in rt.scheduler.jobs)

@@ -32,7 +32,7 @@ from app.extensions.factory import build_extensions
 from app.speculation.scoring import build_scorer
 from tests.gitfixtures import GitSandbox, change_uri
 from tests.security.attack import ATTACK, needs_bwrap
-from tests.support.builds import build_request
+from tests.support.builds import BeatingRunner, build_request
 
 pytestmark = [
     pytest.mark.timeout(90),
@@ -69,21 +69,21 @@ async def store(database_url: str) -> AsyncIterator[SqlBuildStore]:
         await db.dispose()
 
 
-RunnerFactory = Callable[..., CommandBuildRunner]
+RunnerFactory = Callable[..., BeatingRunner]
 
 
 @pytest.fixture
 async def make_runner(tmp_path: Path, remote: GitSandbox,
                       store: SqlBuildStore) -> AsyncIterator[RunnerFactory]:
-    made: list[CommandBuildRunner] = []
+    made: list[BeatingRunner] = []
 
-    def make(**kw: Any) -> CommandBuildRunner:
+    def make(**kw: Any) -> BeatingRunner:
         args: dict[str, Any] = {
             "queue": "q", "command": ["{python}", "attack.py"], "repos": {KEY: str(remote.bare)},
             "target_branch": "main", "work_dir": tmp_path / "builds", "store": store,
             "timeout_s": 30, "max_parallel": 2, "kill_grace_s": 1.0, "sandbox": Bwrap(),
             "heartbeat_ms": 200, **kw}
-        runner = CommandBuildRunner(**args)
+        runner = BeatingRunner(**args)  # its heartbeat runs, as in a server
         made.append(runner)
         return runner
 

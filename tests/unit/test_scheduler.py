@@ -26,7 +26,8 @@ async def test_a_job_runs_every_interval_and_a_failure_does_not_stop_it() -> Non
         if len(calls) == 2:
             raise RuntimeError("boom")
 
-    scheduler = Scheduler()
+    heard: list[tuple[str, bool]] = []
+    scheduler = Scheduler(on_run=lambda name, ok, seconds: heard.append((name, ok)))
     scheduler.every("tick", 50, job)
     assert scheduler.jobs == ["tick"] and not scheduler.running
     await scheduler.start()
@@ -37,6 +38,8 @@ async def test_a_job_runs_every_interval_and_a_failure_does_not_stop_it() -> Non
         await scheduler.stop()
     assert scheduler.failures["tick"] == 1 and scheduler.runs["tick"] >= 3
     assert not scheduler.running
+    # the observer (the metrics) hears every run, the failed one as not ok
+    assert heard[:2] == [("tick", True), ("tick", False)] and len(heard) == len(calls)
 
 
 async def test_stop_waits_for_the_run_in_progress_and_then_nothing_fires() -> None:

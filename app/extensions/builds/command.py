@@ -28,8 +28,9 @@ see: ``SQ_BASE``/``SQ_HEAD`` name the commits).
 | its runner process died | ``errored`` | ``lost: ...`` (see below) |
 
 State is kept in a ``BuildStore`` so that any process can answer ``status()``: the
-runner writes each transition and, every ``heartbeat_ms``, a heartbeat for its
-unfinished runs and their logs so far (the last MiB). ``status()`` of a run this
+runner writes each transition and, every ``heartbeat_ms`` (its ``periodic_jobs()``, run
+by the runtime's scheduler), a heartbeat for its unfinished runs and their logs so far
+(the last MiB). ``status()`` of a run this
 instance does not hold in memory reads the store, and an unfinished run whose
 owner's heartbeat is older than ``lost_after_ms`` is marked ``errored`` (lost) there
 and then. At ``start()`` the runner takes an exclusive ``flock`` on
@@ -64,7 +65,7 @@ from typing import Any
 from app.domain.build_run import BuildRun
 from app.domain.errors import NotFound
 from app.domain.states import BuildStatus
-from app.extensions.base import BuildReport, BuildRequest, BuildStore
+from app.extensions.base import BuildReport, BuildRequest, BuildStore, PeriodicJob
 from app.extensions.builds.process import (
     PYTHON_PLACEHOLDER,
     LogBuffer,
@@ -155,13 +156,14 @@ class CommandBuildRunner:
         self._slots = asyncio.Semaphore(max_parallel)
         self._live: dict[str, _Live] = {}
         self._lock_fd: int | None = None
-        self._heartbeat: asyncio.Task[None] | None = None
+        self._running = False
         self.sandbox = SandboxGuard(queue, sandbox, self.root / f".probe-{uuid.uuid4().hex[:12]}",
                                     python=PYTHON_PLACEHOLDER in self.command, hidden=self.root)
 
     # -- lifecycle -------------------------------------------------------------
     async def start(self) -> None:
-        """Take the directory lock (sweeping what dead instances left), start the heartbeat."""
+        """Take the directory lock (sweeping what dead instances left). Its heartbeat is
+        ``periodic_jobs()``, run by the runtime's scheduler."""
         self.root.mkdir(parents=True, exist_ok=True)
         self._lock_fd = _try_lock(self.root / ".lock")
         if self._lock_fd is None:
@@ -172,15 +174,11 @@ class CommandBuildRunner:
                         "relies on heartbeats to detect lost builds", self.root, self.trees)
         await self._sweep()
         await self.sandbox.start()  # a loud warning (none) or error (bwrap unusable)
-        self._heartbeat = asyncio.create_task(self._beat(), name=f"sq-build-heartbeat-{self.queue}")
+        self._running = True
 
     async def stop(self) -> None:
-        """Stop every build of this instance (``errored``: interrupted) and the heartbeat."""
-        if self._heartbeat is not None:
-            self._heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._heartbeat
-            self._heartbeat = None
+        """Stop every build of this instance (``errored``: interrupted)."""
+        self._running = False
         tasks = []
         for live in self._live.values():
             live.stopping = "interrupted: the server stopped while it ran"
@@ -225,21 +223,25 @@ class CommandBuildRunner:
             log.warning("build %s was lost by a previous instance: %s", run.id, detail)
         shutil.rmtree(self.trees, ignore_errors=True)  # trees and scratch homes
 
-    async def _beat(self) -> None:
-        while True:
-            await asyncio.sleep(self.heartbeat_ms / 1000)
-            if not self._live:
-                continue
-            try:
-                to_stop = await self.store.heartbeat(self.owner, self.clock(), list(self._live))
-                for build_id in to_stop:
-                    live = self._live.get(build_id)
-                    if live is not None:
-                        live.cancelled.set()
-                for build_id, live in list(self._live.items()):
-                    await self._flush(build_id, live)
-            except Exception:
-                log.warning("build heartbeat failed; retrying", exc_info=True)
+    def periodic_jobs(self) -> list[PeriodicJob]:
+        return [PeriodicJob(f"build-heartbeat:{self.queue}", self.heartbeat_ms, self.beat)]
+
+    async def beat(self) -> None:
+        """One heartbeat: the store learns this instance's unfinished runs are alive and
+        gets their logs so far; runs cancelled from another process are stopped. A
+        failure is logged and the next beat tries again."""
+        if not self._running or not self._live:
+            return
+        try:
+            to_stop = await self.store.heartbeat(self.owner, self.clock(), list(self._live))
+            for build_id in to_stop:
+                live = self._live.get(build_id)
+                if live is not None:
+                    live.cancelled.set()
+            for build_id, live in list(self._live.items()):
+                await self._flush(build_id, live)
+        except Exception:
+            log.warning("build heartbeat failed; retrying", exc_info=True)
 
     def readiness(self) -> dict[str, Any]:
         """This queue's entry of the ``builds`` readiness check (``SandboxGuard``)."""
