@@ -1,5 +1,6 @@
-"""The client-side commands of ``submitqueue``: ``land``, ``status``, ``list``, ``watch``
-and ``demo``. They talk to any gateway over its REST API (``app/client.py``).
+"""The client-side commands of ``submitqueue``: ``land``, ``status``, ``list`` and
+``watch``. They talk to any gateway over its REST API (``app/cli/client.py``) and import
+nothing of the server (an import-linter contract); ``demo`` lives in ``demo.py``.
 
 Common options: ``--url`` (env ``SQ_URL``, default http://127.0.0.1:8000); the token in
 ``SQ_TOKEN``, if set, is sent as ``Authorization: Bearer``. Exit status: 0 success;
@@ -18,12 +19,11 @@ import time
 from collections.abc import Callable, Coroutine
 from dataclasses import asdict
 from datetime import datetime
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from app.client import (
+from app.cli.client import (
     DEFAULT_URL,
     IN_FLIGHT,
     TERMINAL,
@@ -33,8 +33,7 @@ from app.client import (
     RequestSummary,
     split_sqid,
 )
-from app.demo import DemoOptions, run_demo
-from app.demo_table import LiveTable, Row, Watcher
+from app.cli.table import LiveTable, Row, Watcher
 from app.domain.change_uri import parse_change_uri
 from app.domain.errors import ValidationError
 from app.domain.states import LandStrategy, PublicStatus
@@ -53,7 +52,7 @@ def _client(url: str) -> GatewayClient:
     return GatewayClient(url, token=os.environ.get("SQ_TOKEN") or None)
 
 
-def _run(work: Callable[[], Coroutine[Any, Any, int]]) -> None:
+def run_exit(work: Callable[[], Coroutine[Any, Any, int]]) -> None:
     """Run ``work`` in a fresh event loop and exit with its status (or the error's)."""
     try:
         code = asyncio.run(work())
@@ -125,7 +124,7 @@ def land(
             sqid = await client.land(name, uris, strategy.value if strategy else None)
         typer.echo(json.dumps({"sqid": sqid, "queue": name}) if as_json else sqid)
         return 0
-    _run(work)
+    run_exit(work)
 
 
 def _sqid(sqid: str) -> str:
@@ -168,7 +167,7 @@ def status(
         else:
             _print_status(summary, history)
         return 0
-    _run(work)
+    run_exit(work)
 
 
 def list_requests(
@@ -206,7 +205,7 @@ def list_requests(
         if more:
             typer.echo(f"(only the newest {limit} shown; raise --limit for more)")
         return 0
-    _run(work)
+    run_exit(work)
 
 
 async def _in_flight(client: GatewayClient, queue: str) -> list[RequestSummary]:
@@ -259,39 +258,7 @@ def watch(
                 f"\n  {r.sqid} {r.status}: {r.last_error}" for r in rows
                 if r.status in TERMINAL and r.status != "landed"))
             return 0 if landed == len(rows) else 1
-    _run(work)
-
-
-def demo(
-    count: Annotated[int, typer.Option(min=1, max=500, help="How many changes.")] = 8,
-    folders: Annotated[int, typer.Option(min=1, max=99,
-                                         help="Spread over demo/01 .. demo/<F>.")] = 3,
-    fail: Annotated[int, typer.Option(min=0, help="How many changes break the test.")] = 0,
-    stacked: Annotated[bool, typer.Option(
-        help="Chain the changes and land them as one request.")] = False,
-    seed: Annotated[int | None, typer.Option(
-        help="Chooses the broken changes (default: random, printed).")] = None,
-    files: Annotated[int, typer.Option(min=1, max=20, help="New files per change.")] = 2,
-    queue: Annotated[str, typer.Option("--queue", "-q", help="A git queue.")] = "sandbox",
-    queues_file: Annotated[Path | None, typer.Option(
-        help="The queues file the server uses (default: SQ_QUEUES_FILE).")] = None,
-    strategy: Annotated[LandStrategy | None, typer.Option(
-        help="How to land (default: the queue's).")] = None,
-    timeout: Annotated[float, typer.Option(min=1, help="Seconds until all settle.")] = 300,
-    url: Url = DEFAULT_URL,
-) -> None:
-    """Push changes to a git queue's sandbox repository, land them, and watch them live.
-
-    Exit 0 only if every good change landed and every broken one ended `error`."""
-    if fail > count:
-        raise typer.BadParameter(f"--fail {fail} is more than --count {count}",
-                                 param_hint="--fail")
-    opts = DemoOptions(
-        url=url, token=os.environ.get("SQ_TOKEN") or None, queue=queue, count=count,
-        folders=folders, fail=fail, stacked=stacked, seed=seed, timeout_s=timeout,
-        queues_file=queues_file, strategy=strategy.value if strategy else None,
-        files_per_change=files)
-    _run(lambda: run_demo(opts, sys.stdout))
+    run_exit(work)
 
 
 def register(cli: typer.Typer) -> None:
@@ -300,4 +267,3 @@ def register(cli: typer.Typer) -> None:
     cli.command()(status)
     cli.command("list")(list_requests)
     cli.command()(watch)
-    cli.command()(demo)

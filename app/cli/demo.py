@@ -5,7 +5,7 @@ Run against a server started from the same checkout (``make run``). The demo rea
 queues file the server uses (``--queues-file``, default ``SQ_QUEUES_FILE`` or
 ``./queues.yaml``) to find the queue's repository, ``repo_key`` and target branch; it
 creates the sandbox repository if missing with the server's own code
-(``factory.prepare_repository``). See ``app/demo_git.py`` for what the changes contain.
+(``factory.prepare_repository``). See ``app/cli/demo_git.py`` for what the changes contain.
 
 Exit status: 0 when every change expected to land landed (its files are on the target
 branch) and every broken change ended ``error`` (its files are not); 1 when an outcome
@@ -16,17 +16,23 @@ differs, the requests did not settle within ``--timeout``, or the server refused
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Annotated, TextIO
 
-from app.client import ClientError, GatewayClient
-from app.demo_git import TEST_SCRIPT, PlannedChange, ScratchClone, change_uri, plan
-from app.demo_table import LiveTable, Row, Watcher
+import typer
+
+from app.cli.client import DEFAULT_URL, ClientError, GatewayClient
+from app.cli.commands import Url, run_exit
+from app.cli.demo_git import TEST_SCRIPT, PlannedChange, ScratchClone, change_uri, plan
+from app.cli.table import LiveTable, Row, Watcher
 from app.domain.errors import ValidationError
 from app.domain.queue_config import GitConfig, QueueConfig
+from app.domain.states import LandStrategy
 from app.extensions.factory import load_queues_file, prepare_repository
 from app.extensions.gitutil import GitError
 from app.settings import get_settings
@@ -279,3 +285,35 @@ async def run_demo(opts: DemoOptions, out: TextIO, *, tty: bool | None = None) -
         out.write(f"demo: git failed: {exc}\n")
         out.flush()
         return 2
+
+
+def demo_command(
+    count: Annotated[int, typer.Option(min=1, max=500, help="How many changes.")] = 8,
+    folders: Annotated[int, typer.Option(min=1, max=99,
+                                         help="Spread over demo/01 .. demo/<F>.")] = 3,
+    fail: Annotated[int, typer.Option(min=0, help="How many changes break the test.")] = 0,
+    stacked: Annotated[bool, typer.Option(
+        help="Chain the changes and land them as one request.")] = False,
+    seed: Annotated[int | None, typer.Option(
+        help="Chooses the broken changes (default: random, printed).")] = None,
+    files: Annotated[int, typer.Option(min=1, max=20, help="New files per change.")] = 2,
+    queue: Annotated[str, typer.Option("--queue", "-q", help="A git queue.")] = "sandbox",
+    queues_file: Annotated[Path | None, typer.Option(
+        help="The queues file the server uses (default: SQ_QUEUES_FILE).")] = None,
+    strategy: Annotated[LandStrategy | None, typer.Option(
+        help="How to land (default: the queue's).")] = None,
+    timeout: Annotated[float, typer.Option(min=1, help="Seconds until all settle.")] = 300,
+    url: Url = DEFAULT_URL,
+) -> None:
+    """Push changes to a git queue's sandbox repository, land them, and watch them live.
+
+    Exit 0 only if every good change landed and every broken one ended `error`."""
+    if fail > count:
+        raise typer.BadParameter(f"--fail {fail} is more than --count {count}",
+                                 param_hint="--fail")
+    opts = DemoOptions(
+        url=url, token=os.environ.get("SQ_TOKEN") or None, queue=queue, count=count,
+        folders=folders, fail=fail, stacked=stacked, seed=seed, timeout_s=timeout,
+        queues_file=queues_file, strategy=strategy.value if strategy else None,
+        files_per_change=files)
+    run_exit(lambda: run_demo(opts, sys.stdout))

@@ -1,4 +1,5 @@
-"""The ``submitqueue`` command line."""
+"""The ``submitqueue`` command line: ``serve``, ``db`` and ``dlq`` here; the client
+commands (``commands.py``) and ``demo`` (``demo.py``) are added to it."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import httpx
 import typer
 import uvicorn
 
-from app import demo_cli
+from app.cli import commands, demo
 from app.db import migrate
 from app.logs import configure_logging, redact_text
 from app.settings import get_settings
@@ -168,12 +169,5 @@ def dlq_drain(
     typer.echo(", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) or "nothing to drain")
 
 
-demo_cli.register(cli)  # land, status, list, watch, demo
-
-
-def main() -> None:
-    cli()
-
-
-if __name__ == "__main__":
-    main()
+commands.register(cli)  # land, status, list, watch
+cli.command("demo")(demo.demo_command)

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from app.client import TERMINAL, ClientError, GatewayClient, HistoryEntry, RequestSummary
+from app.cli.client import TERMINAL, ClientError, GatewayClient, HistoryEntry, RequestSummary
 
 CONSECUTIVE_FAILURES = 10  # polls that may fail on a transient error before giving up
 HISTORY_EVERY = 4  # refresh an unchanged request's history every n-th poll (for events)

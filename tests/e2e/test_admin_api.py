@@ -247,7 +247,7 @@ async def test_cli_lists_shows_and_drains(
 ) -> None:
     from typer.testing import CliRunner
 
-    from app.cli import cli
+    from app.cli.root import cli
     from app.settings import get_settings
 
     async with serve(database_url, tmp_path, admin_token=TOKEN) as server:

@@ -18,7 +18,7 @@ import pytest
 from click.testing import Result
 from typer.testing import CliRunner
 
-from app.cli import cli
+from app.cli.root import cli
 from tests.conftest import BACKENDS
 from tests.e2e.harness import change, free_port, serve
 

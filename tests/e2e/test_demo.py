@@ -15,11 +15,11 @@ from typing import get_args
 import pytest
 from typer.testing import CliRunner
 
-from app.cli import cli
-from app.client import HistoryEntry
-from app.demo import DemoOptions, run_demo
-from app.demo_git import AUTHOR_EMAIL, AUTHOR_NAME, plan
-from app.demo_table import LiveTable, Row, trail
+from app.cli.client import HistoryEntry
+from app.cli.demo import DemoOptions, run_demo
+from app.cli.demo_git import AUTHOR_EMAIL, AUTHOR_NAME, plan
+from app.cli.root import cli
+from app.cli.table import LiveTable, Row, trail
 from app.domain.queue_config import BuildRunnerConfig
 from app.extensions.gitutil import git_env
 from tests.conftest import BACKENDS
