@@ -17,7 +17,6 @@ from starlette.middleware.cors import CORSMiddleware
 from app import __version__
 from app.api import health
 from app.api.app_routes import install
-from app.api.events import EventHub
 from app.api.middleware import HttpMetrics, SecurityHeaders
 from app.controllers.common import Deps, log_ids
 from app.controllers.pipeline import TopicSettings, build_consumers, build_topology
@@ -35,6 +34,7 @@ from app.queue import Backoff, Broker, Chaos, ConsumerService, backend_for_url
 from app.scheduler import Scheduler
 from app.settings import Settings, get_settings
 from app.speculation.scoring import build_scorer
+from app.views.events import EventHub
 
 log = logging.getLogger("submitqueue")
 
@@ -91,6 +91,7 @@ class Runtime:
             on_handled=self.metrics.on_handled,
             log_context=log_ids,
         )
+        self.event_hub = EventHub(self.db)  # live streams of the pages (gateway roles)
         self.scheduler = Scheduler(on_run=self.metrics.job_finished)
         self.resync: SpeculateResync | None = None
         self._schedule_jobs(orchestrator)
@@ -98,6 +99,7 @@ class Runtime:
         # stops, newest first: each service's is pushed just before it starts
         self._stack = AsyncExitStack()
         self._stack.push_async_callback(self.db.dispose)
+        self._stack.push_async_callback(lambda: self.event_hub.aclose())  # read ends first
 
     def _schedule_jobs(self, orchestrator: bool) -> None:
         """Every periodic job of this process, on its one scheduler (``app/scheduler.py``
@@ -229,10 +231,7 @@ def create_app(
         try:
             yield
         finally:
-            hub = getattr(app.state, "event_hub", None)  # made on the first stream
-            if isinstance(hub, EventHub):
-                await hub.aclose()  # its poller's read ends before the database closes
-            await runtime.stop()
+            await runtime.stop()  # the event hub too: its read ends before the database
 
     app = FastAPI(
         title="SubmitQueue",

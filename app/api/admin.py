@@ -36,31 +36,27 @@ from __future__ import annotations
 
 import hmac
 import re
-from typing import Annotated, Any, Literal, Protocol, cast
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi import APIRouter, Depends, FastAPI, Query
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.api.errors import error_response
+from app.api.deps import ApiRuntime, RuntimeDep
 from app.api.schemas import ErrorOut, SafeLine, SafeText
-from app.controllers.common import Deps
 from app.controllers.dlq import Reconciler, Undecodable, build_reconcilers
 from app.controllers.dlq.reconcilers import decode_entity
-from app.db.engine import Database
 from app.db.repos import audit as audit_repo
-from app.domain.errors import NotFound, ValidationError
+from app.domain.errors import AdminDisabled, NotFound, Unauthorized, ValidationError
 from app.domain.messages import LOG
 from app.queue import (
     DLQ_SUFFIX,
-    Broker,
     MessageNotFound,
     NotDeadLettered,
     StoredMessage,
     TopicSpec,
     UnknownTopic,
 )
-from app.settings import Settings
 
 MAX_IDS = 1000
 _ERRORS: dict[int | str, dict[str, Any]] = {
@@ -68,44 +64,13 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-class AdminRuntime(Protocol):
-    @property
-    def settings(self) -> Settings: ...
-
-    @property
-    def db(self) -> Database: ...
-
-    @property
-    def broker(self) -> Broker: ...
-
-    @property
-    def deps(self) -> Deps: ...
-
-
-class AdminDenied(Exception):
-    """A refused admin call: 403 when the API is disabled, 401 for a bad token."""
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
-
-
-async def handle_denied(_request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, AdminDenied)
-    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-    return error_response(exc.status, exc.code, exc.message, headers=headers)
+AdminRuntime = ApiRuntime
+bearer = HTTPBearer(auto_error=False, scheme_name="AdminToken",
+                    description="SQ_ADMIN_TOKEN (or its 'label:secret' form) as a Bearer token")
 
 
 def install_admin(app: FastAPI) -> None:
     app.include_router(router)
-    app.add_exception_handler(AdminDenied, handle_denied)
-
-
-def get_admin_runtime(request: Request) -> AdminRuntime:
-    runtime = getattr(request.app.state, "runtime", None)
-    if runtime is None:
-        raise RuntimeError("app.state.runtime is not set; the app has not started")
-    return cast(AdminRuntime, runtime)
 
 
 def token_label(token: str) -> str:
@@ -115,25 +80,24 @@ def token_label(token: str) -> str:
 
 
 def require_admin(
-    request: Request, authorization: Annotated[str | None, Header()] = None
+    rt: RuntimeDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)] = None,
 ) -> str:
-    """The caller's actor label, or ``AdminDenied``."""
-    expected = get_admin_runtime(request).settings.admin_token
+    """The caller's actor label; ``AdminDisabled`` (403) or ``Unauthorized`` (401)."""
+    expected = rt.settings.admin_token
     if not expected:
-        raise AdminDenied(403, "admin_disabled",
-                          "the admin API is disabled; set SQ_ADMIN_TOKEN to a secret "
-                          "(optionally 'label:secret') and restart to enable it")
-    scheme, _, given = (authorization or "").partition(" ")
-    if scheme.lower() != "bearer" or not given.strip():
-        raise AdminDenied(401, "unauthorized",
-                          "missing admin token; send 'Authorization: Bearer <SQ_ADMIN_TOKEN>'")
-    if not hmac.compare_digest(given.strip().encode(), expected.encode()):
-        raise AdminDenied(401, "unauthorized", "wrong admin token")
+        raise AdminDisabled("the admin API is disabled; set SQ_ADMIN_TOKEN to a secret "
+                            "(optionally 'label:secret') and restart to enable it")
+    given = credentials.credentials.strip() if credentials is not None else ""
+    if not given:
+        raise Unauthorized("missing admin token; send 'Authorization: Bearer <SQ_ADMIN_TOKEN>'")
+    if not hmac.compare_digest(given.encode(), expected.encode()):
+        raise Unauthorized("wrong admin token")
     return token_label(expected)
 
 
 Actor = Annotated[str, Depends(require_admin)]
-Runtime = Annotated[AdminRuntime, Depends(get_admin_runtime)]
+Runtime = RuntimeDep
 router = APIRouter(prefix="/api/v1/admin", tags=["admin"], responses=_ERRORS)
 
 

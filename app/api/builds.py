@@ -16,17 +16,16 @@ Needs ``app.state.runtime`` with ``extensions`` (``ExtensionRegistry``: its
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Protocol, cast
+from typing import Annotated, Any
 
 import pydantic
-from fastapi import APIRouter, Depends, Path, Request, Response
+from fastapi import APIRouter, Path, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import PlainTextResponse
 
-from app.api.errors import error_response
+from app.api.deps import RuntimeDep
 from app.domain.errors import NotFound
-from app.extensions.base import BuildStore, QueueExtensions
-from app.extensions.builds.signature import FORMAT, SIGNATURE_HEADER, BadSignature
+from app.extensions.builds.signature import FORMAT, SIGNATURE_HEADER
 from app.extensions.builds.webhook import CallbackBody, WebhookBuildRunner
 
 router = APIRouter(prefix="/api/v1/builds", tags=["builds"])
@@ -40,26 +39,7 @@ _ERROR = {"content": {"application/json": {"schema": {
         "code": {"type": "string"}, "message": {"type": "string"}}}}}}}}
 
 
-class _Registry(Protocol):
-    @property
-    def build_store(self) -> BuildStore: ...
-
-    def for_queue(self, name: str) -> QueueExtensions: ...
-
-
-class BuildsRuntime(Protocol):
-    @property
-    def extensions(self) -> _Registry: ...
-
-
-def _runtime(request: Request) -> BuildsRuntime:
-    runtime = getattr(request.app.state, "runtime", None)
-    if runtime is None:
-        raise RuntimeError("app.state.runtime is not set; the app has not started")
-    return cast(BuildsRuntime, runtime)
-
-
-Runtime = Annotated[BuildsRuntime, Depends(_runtime)]
+Runtime = RuntimeDep
 
 
 def _no_log(build_id: str) -> NotFound:
@@ -113,10 +93,8 @@ async def build_status(build_id: BuildId, request: Request, runtime: Runtime) ->
         runner = runtime.extensions.for_queue(run.queue).runner
     if run is None or not isinstance(runner, WebhookBuildRunner):
         raise _not_webhook(build_id)
-    try:
+    try:  # a BadSignature is a 401 (app/api/errors.py)
         await runner.accept_callback(build_id, body, request.headers.get(SIGNATURE_HEADER))
-    except BadSignature as exc:
-        return error_response(401, exc.code, str(exc))
     except pydantic.ValidationError as exc:
         raise RequestValidationError(
             [{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]) from None

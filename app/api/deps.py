@@ -1,24 +1,38 @@
-"""What the gateway's routers need from ``request.app.state.runtime``.
+"""The one runtime dependency of the gateway's routers: ``request.app.state.runtime``.
 
-``install()`` expects ``app.state.runtime`` to offer ``db`` (``Database``),
-``broker`` (``Broker``; its ``clock()`` is the gateway's time) and ``queues``
-(``{name: QueueConfig}``) — the composition root's ``Runtime`` or a test double.
+``ApiRuntime`` is everything any router uses; the composition root's ``Runtime``
+offers all of it, a test double only what the routes it serves touch (the getter
+does not check). ``broker.clock()`` is the gateway's time.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Protocol, cast
+from typing import Annotated, Any, Protocol, cast
 
 from fastapi import Depends, Request
 
+from app.controllers.common import Deps
 from app.db.engine import Database
 from app.domain.errors import NotFound
 from app.domain.queue_config import QueueConfig
+from app.extensions.base import BuildStore, QueueExtensions
 from app.queue import Broker
+from app.settings import Settings
+from app.views.events import EventHub
 
 
-class GatewayRuntime(Protocol):
+class Extensions(Protocol):
+    @property
+    def build_store(self) -> BuildStore: ...
+
+    def for_queue(self, name: str) -> QueueExtensions: ...
+
+
+class ApiRuntime(Protocol):
+    @property
+    def settings(self) -> Settings: ...
+
     @property
     def db(self) -> Database: ...
 
@@ -28,22 +42,39 @@ class GatewayRuntime(Protocol):
     @property
     def queues(self) -> Mapping[str, QueueConfig]: ...
 
+    @property
+    def extensions(self) -> Extensions: ...
 
-def get_runtime(request: Request) -> GatewayRuntime:
+    @property
+    def deps(self) -> Deps: ...
+
+    @property
+    def event_hub(self) -> EventHub: ...
+
+    @property
+    def metrics(self) -> Any: ...
+
+    async def readiness(self) -> dict[str, dict[str, Any]]: ...
+
+
+GatewayRuntime = ApiRuntime  # the name the routers' signatures used
+
+
+def get_runtime(request: Request) -> ApiRuntime:
     runtime = getattr(request.app.state, "runtime", None)
     if runtime is None:
         raise RuntimeError("app.state.runtime is not set; the app has not started")
-    return cast(GatewayRuntime, runtime)
+    return cast(ApiRuntime, runtime)
 
 
-RuntimeDep = Annotated[GatewayRuntime, Depends(get_runtime)]
+RuntimeDep = Annotated[ApiRuntime, Depends(get_runtime)]
 
 
-def now_ms(runtime: GatewayRuntime) -> int:
+def now_ms(runtime: ApiRuntime) -> int:
     return runtime.broker.clock()
 
 
-def queue_config(runtime: GatewayRuntime, queue: str) -> QueueConfig:
+def queue_config(runtime: ApiRuntime, queue: str) -> QueueConfig:
     """The configured queue, or ``NotFound`` naming the queues that exist."""
     config = runtime.queues.get(queue)
     if config is None:

@@ -10,7 +10,9 @@
 | queue ``UnknownTopic``, ``MessageNotFound`` | 404 | ``not_found`` |
 | queue ``NotDeadLettered`` / ``PayloadTooLarge`` / ``InvalidPayload`` | 409 / 413 / 400 | |
 | ``Busy`` (the SQLite write lock stayed taken too long), queue ``QueueBusy`` | 503 | ``busy`` |
-| ``ServiceUnavailable``, other ``QueueError``s, transient database errors | 503 | |
+| ``ServiceUnavailable`` (``TooManyStreams``: ``Retry-After: 5``), other ``QueueError``s, transient database errors | 503 | |
+| ``Unauthorized`` (``WWW-Authenticate: Bearer``), ``BadSignature`` | 401 | their ``code`` |
+| ``Forbidden`` (``AdminDisabled``) | 403 | their ``code`` |
 | FastAPI's ``RequestValidationError`` (bad body, query or path) | 422 | ``invalid_request`` |
 | Starlette's ``HTTPException`` (unknown route, wrong method) | its status | e.g. ``not_found`` |
 | anything else | 500 | ``internal_error`` (logged; no details leak) |
@@ -19,10 +21,10 @@ Every 503 carries ``Retry-After`` (:data:`RETRY_AFTER_S` seconds). Text a client
 (a JSON key, say) is echoed with lone surrogates escaped, so an error body always
 encodes as UTF-8.
 
-``response_for`` is the mapping; ``handle`` registers it with FastAPI, and the
-catch-all middleware (``app/api/middleware.py``) uses it for errors FastAPI's
-handlers never see.
-"""
+``response_for`` is the mapping, the only one (the tree itself is drawn in
+``app/domain/errors.py``); ``handle`` registers it with FastAPI, and the catch-all
+middleware (``app/api/middleware.py``) uses it for errors FastAPI's handlers never see.
+"""  # noqa: E501 - the table reads best unwrapped
 
 from __future__ import annotations
 
@@ -38,10 +40,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from app.domain.errors import (
     AlreadyExists,
     Busy,
+    Forbidden,
     IdempotencyKeyReused,
     InvalidState,
     NotFound,
+    ServiceUnavailable,
     SubmitQueueError,
+    Unauthorized,
     ValidationError,
     VersionMismatch,
 )
@@ -64,13 +69,6 @@ RETRY_AFTER_S = 2
 _RETRY = {"Retry-After": str(RETRY_AFTER_S)}
 
 
-class ServiceUnavailable(SubmitQueueError):
-    """A dependency (the queue or the database) failed transiently; the client should retry."""
-
-    code = "unavailable"
-    retryable = True
-
-
 _DOMAIN_STATUS: tuple[tuple[type[SubmitQueueError], int], ...] = (
     (NotFound, 404),
     (ValidationError, 400),
@@ -80,6 +78,8 @@ _DOMAIN_STATUS: tuple[tuple[type[SubmitQueueError], int], ...] = (
     (Busy, 503),
     (IdempotencyKeyReused, 422),
     (ServiceUnavailable, 503),
+    (Unauthorized, 401),
+    (Forbidden, 403),
 )
 
 _HTTP_CODES = {
@@ -141,7 +141,12 @@ def response_for(exc: BaseException) -> JSONResponse:
                 message = str(exc) or exc.code
                 if status == 503:
                     message = f"{message}; try again" if str(exc) else TRY_AGAIN
-                    return error_response(status, exc.code, message, headers=_RETRY)
+                    after = getattr(exc, "retry_after_s", RETRY_AFTER_S)
+                    return error_response(status, exc.code, message,
+                                          headers={"Retry-After": str(after)})
+                if status == 401 and getattr(exc, "bearer", False):
+                    return error_response(status, exc.code, message,
+                                          headers={"WWW-Authenticate": "Bearer"})
                 return error_response(status, exc.code, message)
     if isinstance(exc, RequestValidationError):
         return error_response(422, "invalid_request", describe_validation(exc.errors()))

@@ -3,296 +3,32 @@
 ``event: request`` carries a request's current summary (the fields of
 ``GET /queues/{queue}/requests/{n}`` plus ``stage``) each time its history grows
 (a status or an event such as ``building``); ``id:`` is the request-log row id. A
-``: keep-alive`` comment goes out every :data:`HEARTBEAT_S` seconds. A client that
+``: keep-alive`` comment goes out every :data:`HEARTBEAT_S` seconds. A stream that fell
+too far behind gets ``event: reset`` and ends (the client reconnects). A client that
 reconnects should re-read what it shows (the pages re-fetch on every ``open``).
 
-**Across processes.** Nothing is broadcast in memory: one poller per process
-(:class:`EventHub`, started by the first stream, stopped after the last) reads the
-request log every :data:`POLL_MS` ms from where it left off, so a change written
-by any gateway sharing the database reaches every stream. Log ids come from a
-sequence, and on PostgreSQL a transaction can commit a lower id after a higher one
-was read: :class:`LogCursor` keeps re-reading such gaps for :data:`GAP_GRACE_MS`
-before it gives up on them (a rolled-back or ignored insert leaves a gap forever).
-
-**Bounds and shutdown.** At most :data:`MAX_STREAMS` streams per process (more ->
-503 JSON with ``Retry-After``; a stream's slot is taken in the same step as the count
-is checked, so a burst of connections cannot overshoot). A stream ends when its client
-disconnects, when it falls more than :data:`MAX_BACKLOG` events behind (``event:
-reset``; the client reconnects), and when the process is told to stop: uvicorn waits
-for open responses before it shuts down, so while streams are open the hub chains
-itself in front of the SIGINT and SIGTERM handlers and ends every stream at once (the
-previous handler still runs).
+The streams are fed by the runtime's :class:`~app.views.events.EventHub` (one poller
+per process; its bounds, its shutdown and how it works across processes are described
+there). More than its ``MAX_STREAMS`` -> 503 with ``Retry-After: 5``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import logging
-import signal
-import threading
-import time
-from collections import deque
-from collections.abc import AsyncIterator, Iterable
-from types import FrameType
-from typing import Annotated, Any, cast
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query
 from fastapi.responses import StreamingResponse
 
-from app.api.deps import queue_config
-from app.api.errors import error_response
+from app.api.deps import RuntimeDep, queue_config
 from app.api.schemas import ErrorOut, RequestSummaryOut
-from app.api.views import Runtime, stage_of
-from app.db.engine import Database
-from app.db.repos import views as view_repo
+from app.domain.entities import RequestSummary
+from app.views.events import EventHub, Subscriber
+from app.views.stages import stage_of
 
-log = logging.getLogger("submitqueue.api")
-
-POLL_MS = 500
 HEARTBEAT_S = 15.0
-MAX_STREAMS = 100
-MAX_BACKLOG = 1000
-GAP_GRACE_MS = 5000
-MAX_GAP_SPAN = 10_000  # ids tracked as possible late commits below the highest seen
-BATCH_LIMIT = 1000
-_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-class LogCursor:
-    """The read position in the request log, tolerant of ids that commit late.
-
-    ``position``: every id up to it was delivered or given up on. Ids above it that
-    were delivered are remembered so a re-read does not deliver them twice; a missing
-    id below the highest one seen is a *gap*, re-read until it shows up or is older
-    than ``grace_ms`` (or the read came back full, so the window must move on).
-    """
-
-    def __init__(self, position: int, grace_ms: int = GAP_GRACE_MS) -> None:
-        self.position = position
-        self.grace_ms = grace_ms
-        self._delivered: set[int] = set()
-        self._gaps: dict[int, int] = {}
-
-    def fold(self, ids: Iterable[int], *, now_ms: int, full: bool = False) -> list[int]:
-        """The ids not delivered before (ascending); moves ``position`` on."""
-        fresh = sorted(i for i in set(ids) if i > self.position and i not in self._delivered)
-        self._delivered.update(fresh)
-        if not self._delivered:
-            return fresh
-        top = max(self._delivered)
-        if top - self.position > MAX_GAP_SPAN:  # a jump in the sequence, not late commits
-            self._skip_to(top - MAX_GAP_SPAN)
-        for gap in range(self.position + 1, top):
-            if gap not in self._delivered:
-                self._gaps.setdefault(gap, now_ms)
-        while self.position < top:
-            nxt = self.position + 1
-            if nxt in self._delivered:
-                self._delivered.discard(nxt)
-            elif full or now_ms - self._gaps.get(nxt, now_ms) >= self.grace_ms:
-                pass  # given up: rolled back, or an insert that was ignored
-            else:
-                break
-            self._gaps.pop(nxt, None)
-            self.position = nxt
-        return fresh
-
-    def _skip_to(self, position: int) -> None:
-        self.position = position
-        self._delivered = {i for i in self._delivered if i > position}
-        self._gaps = {i: t for i, t in self._gaps.items() if i > position}
-
-    @property
-    def gaps(self) -> int:
-        return len(self._gaps)
-
-
-class TooManyStreams(Exception):
-    pass
-
-
-class Subscriber:
-    def __init__(self, queue: str) -> None:
-        self.queue = queue
-        self.items: deque[tuple[int, dict[str, Any]]] = deque()
-        self.wake = asyncio.Event()
-        self.ended: str | None = None  # "closing" | "overflow"
-
-    def push(self, item: tuple[int, dict[str, Any]]) -> None:
-        if self.ended:
-            return
-        if len(self.items) >= MAX_BACKLOG:
-            self.end("overflow")
-            return
-        self.items.append(item)
-        self.wake.set()
-
-    def end(self, why: str) -> None:
-        self.ended = self.ended or why
-        self.wake.set()
-
-
-class EventHub:
-    """One request-log poller per process feeding every open stream."""
-
-    def __init__(self, db: Database, *, poll_ms: int = POLL_MS,
-                 max_streams: int = MAX_STREAMS) -> None:
-        self.db = db
-        self.poll_ms = poll_ms
-        self.max_streams = max_streams
-        self.subscribers: set[Subscriber] = set()
-        self.closing = False
-        self._task: asyncio.Task[None] | None = None
-        self._cursor: LogCursor | None = None
-        self._stop = asyncio.Event()
-        self._cursor_lock = asyncio.Lock()
-        self._previous: dict[int, Any] = {}
-
-    async def subscribe(self, queue: str) -> Subscriber:
-        if self.closing:
-            raise TooManyStreams("the server is shutting down")
-        if len(self.subscribers) >= self.max_streams:
-            raise TooManyStreams(f"{self.max_streams} live streams are open already")
-        # The slot is taken before the first await: the check and the take are one step,
-        # so a burst of connections cannot all pass the check while one awaits the read.
-        sub = Subscriber(queue)
-        self.subscribers.add(sub)
-        try:
-            await self._ensure_cursor()
-        except BaseException:
-            self.unsubscribe(sub)
-            raise
-        if self.closing:
-            self.unsubscribe(sub)
-            raise TooManyStreams("the server is shutting down")
-        if self._task is None or self._task.done():
-            self._stop.clear()
-            self._task = asyncio.create_task(self._run(), name="sq-event-hub")
-            self._chain_signals()
-        return sub
-
-    async def _ensure_cursor(self) -> None:
-        if self._cursor is not None:
-            return
-        async with self._cursor_lock:  # one read for a burst, not one per stream
-            if self._cursor is None:
-                async with self.db.read() as s:
-                    self._cursor = LogCursor(await view_repo.last_log_id(s))
-
-    def unsubscribe(self, sub: Subscriber) -> None:
-        self.subscribers.discard(sub)
-        if not self.subscribers:
-            self._stop.set()
-
-    def close(self) -> None:
-        """End every stream now and refuse new ones."""
-        self.closing = True
-        for sub in list(self.subscribers):
-            sub.end("closing")
-        self._stop.set()
-
-    async def aclose(self, timeout_s: float = 5.0) -> None:
-        """``close``, then wait (bounded) for the poller to finish its read, so the
-        database can be disposed without a connection still checked out."""
-        self.close()
-        task = self._task
-        if task is not None and not task.done():
-            try:
-                await asyncio.wait_for(asyncio.shield(task), timeout_s)
-            except TimeoutError:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-
-    async def _run(self) -> None:
-        try:
-            while self.subscribers and not self.closing:
-                try:
-                    await self.poll()
-                except Exception:
-                    log.warning("event poll failed; retrying", exc_info=True)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop.wait(), self.poll_ms / 1000)
-                if not self.closing:
-                    self._stop.clear()  # set by a last unsubscribe; the loop re-checks
-        finally:
-            self._cursor = None if not self.subscribers else self._cursor
-            self._unchain_signals()
-
-    async def poll(self) -> int:
-        """One read of the log; returns how many events were handed out."""
-        cursor = self._cursor
-        if cursor is None:
-            return 0
-        async with self.db.read() as s:
-            marks = await view_repo.log_marks(s, after_id=cursor.position, limit=BATCH_LIMIT)
-        fresh = set(cursor.fold([m.id for m in marks], now_ms=int(time.monotonic() * 1000),
-                                full=len(marks) >= BATCH_LIMIT))
-        wanted = {sub.queue for sub in self.subscribers}
-        changed: dict[str, dict[str, int]] = {}
-        for m in marks:
-            if m.id in fresh and m.queue in wanted:
-                changed.setdefault(m.queue, {})[m.request_id] = m.id
-        if not changed:
-            return 0
-        sent = 0
-        async with self.db.read() as s:
-            for queue, requests in changed.items():
-                found = await view_repo.summaries(s, queue=queue, request_ids=requests)
-                for rid, summary in sorted(found.items(), key=lambda kv: requests[kv[0]]):
-                    body = RequestSummaryOut.of(summary).model_dump(mode="json")
-                    body["stage"] = stage_of(summary.status)
-                    for sub in list(self.subscribers):
-                        if sub.queue == queue:
-                            sub.push((requests[rid], body))
-                            sent += 1
-        return sent
-
-    # -- shutdown on SIGINT/SIGTERM while streams are open ---------------------------
-
-    def _chain_signals(self) -> None:
-        if threading.current_thread() is not threading.main_thread() or self._previous:
-            return
-        loop = asyncio.get_running_loop()
-        for sig in _SIGNALS:
-            previous = signal.getsignal(sig)
-
-            def handler(signum: int, frame: FrameType | None,
-                        previous: Any = previous) -> None:
-                with contextlib.suppress(RuntimeError):  # its loop may be gone already
-                    loop.call_soon_threadsafe(self.close)
-                if callable(previous):
-                    previous(signum, frame)
-                elif previous == signal.SIG_DFL and signum == signal.SIGINT:
-                    signal.default_int_handler(signum, frame)
-
-            try:
-                signal.signal(sig, handler)
-            except (ValueError, OSError):  # not allowed here: leave it
-                continue
-            self._previous[sig] = (previous, handler)
-
-    def _unchain_signals(self) -> None:
-        for sig, (previous, handler) in list(self._previous.items()):
-            if signal.getsignal(sig) is handler:
-                with contextlib.suppress(ValueError, OSError):
-                    signal.signal(sig, previous)
-        self._previous.clear()
-
-
-def get_hub(request: Request) -> EventHub:
-    hub = getattr(request.app.state, "event_hub", None)
-    if hub is None:
-        runtime = getattr(request.app.state, "runtime", None)
-        if runtime is None:
-            raise RuntimeError("app.state.runtime is not set; the app has not started")
-        hub = request.app.state.event_hub = EventHub(runtime.db)
-    return cast(EventHub, hub)
-
-
-Hub = Annotated[EventHub, Depends(get_hub)]
 
 router = APIRouter(prefix="/api/v1", tags=["views"],
                    responses={c: {"model": ErrorOut} for c in (404, 422, 503)})
@@ -303,14 +39,20 @@ def frame(event: str, data: dict[str, Any], event_id: int | None = None) -> str:
     return head + f"data: {json.dumps(data, separators=(',', ':'))}\n\n"
 
 
+def body_of(summary: RequestSummary) -> dict[str, Any]:
+    body = RequestSummaryOut.of(summary).model_dump(mode="json")
+    body["stage"] = stage_of(summary.status)
+    return body
+
+
 async def stream(hub: EventHub, sub: Subscriber, *,
                  heartbeat_s: float = HEARTBEAT_S) -> AsyncIterator[str]:
     try:
         yield "retry: 2000\n: connected\n\n"
         while True:
             if sub.items:
-                event_id, body = sub.items.popleft()
-                yield frame("request", body, event_id)
+                event_id, summary = sub.items.popleft()
+                yield frame("request", body_of(summary), event_id)
                 continue
             if sub.ended:
                 if sub.ended == "overflow":
@@ -328,13 +70,10 @@ async def stream(hub: EventHub, sub: Subscriber, *,
 @router.get("/events", response_class=StreamingResponse,
             responses={200: {"content": {"text/event-stream": {}},
                              "description": "A Server-Sent Events stream."}})
-async def events(rt: Runtime, hub: Hub, queue: Annotated[str, Query(max_length=100)]) -> Any:
+async def events(rt: RuntimeDep, queue: Annotated[str, Query(max_length=100)]) -> Any:
     """Live updates of a queue's requests as Server-Sent Events (see the module doc)."""
     queue_config(rt, queue)
-    try:
-        sub = await hub.subscribe(queue)
-    except TooManyStreams as exc:
-        return error_response(503, "unavailable", f"no more live streams: {exc}; try again "
-                              "later", headers={"Retry-After": "5"})
+    hub = rt.event_hub
+    sub = await hub.subscribe(queue)  # TooManyStreams: 503 + Retry-After (app/api/errors.py)
     return StreamingResponse(stream(hub, sub), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

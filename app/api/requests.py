@@ -14,7 +14,7 @@ it) and store the summary ``accepting`` with its change-URI mappings; publish
 persist ``accepted`` (a failure is only logged: the request is already in the
 pipeline, and ``start`` logs ``accepted`` too, under the same log id, so a gateway
 that dies between the publish and this write loses nothing). The details are in
-``app/api/landing.py``.
+``app/gateway/landing.py``.
 """
 
 from __future__ import annotations
@@ -27,9 +27,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Path, Query, Response
 
-from app.api import landing
 from app.api.deps import RuntimeDep, now_ms, queue_config
-from app.api.errors import ServiceUnavailable
 from app.api.schemas import (
     CancelAccepted,
     CancelBody,
@@ -46,11 +44,12 @@ from app.api.schemas import (
 )
 from app.db.repos import request_log as repo
 from app.domain.entities import RequestLog
-from app.domain.errors import ValidationError
+from app.domain.errors import ServiceUnavailable, ValidationError
 from app.domain.ids import request_id
 from app.domain.messages import CANCEL, CancelRequestMsg, log_id
 from app.domain.states import LogType, PublicStatus
 from app.domain.text import check_line
+from app.gateway import landing
 
 log = logging.getLogger("submitqueue.api")
 
@@ -94,10 +93,11 @@ async def land(
     """Submit a stack of changes to land; answers with the new request's sqid.
 
     Each change lands at most once per queue: a change that a live request carries or
-    that already landed is refused with 409 naming that request (``app/api/landing.py``).
+    that already landed is refused with 409 naming that request (``app/gateway/landing.py``).
     """
     config = queue_config(runtime, queue)
-    landed = await landing.accept(runtime, queue=queue, config=config, body=body,
+    landed = await landing.accept(runtime, queue=queue, config=config,
+                                  change_uris=body.change_uris, strategy=body.strategy,
                                   key=idempotency_key)
     if landed.replayed:
         response.headers["Idempotent-Replayed"] = "true"

@@ -9,8 +9,8 @@ requests, :data:`RECENT_LIMIT` recent ones, :data:`HISTORY_LIMIT` history rows a
 | ``GET /queues/{queue}/requests/{n}/view`` | the stage trail, the batch and what it waits on, P(land)/ETA, the typed removal reason with evidence, whether it can be cancelled |
 | ``GET /search?q=&queue=`` | ``q`` = a sqid (``demo/12``; a bare number with ``queue``) or an exact change URI (every queue) |
 
-What the numbers mean: ``app/api/forecast.py``. The trail and the reasons:
-``app/api/trail.py``. Unknown queue or request -> 404; an empty, oversized or
+What the numbers mean: ``app/views/forecast.py``. The trail and the reasons:
+``app/views/trail.py``. Unknown queue or request -> 404; an empty, oversized or
 unrecognisable ``q`` -> 400; ``q`` or ``queue`` holding NUL, a control character or a
 lone surrogate -> 422 (``SafeLine``).
 """  # noqa: E501 - route tables read best unwrapped
@@ -23,12 +23,21 @@ from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 
-from app.api import trail as trail_mod
-from app.api.deps import queue_config
-from app.api.forecast import Forecast, forecast_unbatched
+from app.api.deps import RuntimeDep, queue_config
 from app.api.schemas import ErrorOut, SafeLine, landed_commits
-from app.api.view_data import QueueState, TimingCache, ViewRuntime, load_queue_state, request_prior
-from app.api.view_schemas import (
+from app.db.repos import batches as batch_repo
+from app.db.repos import request_log as log_repo
+from app.db.repos import views as view_repo
+from app.domain.entities import Batch, RequestSummary
+from app.domain.errors import ValidationError
+from app.domain.ids import request_id, request_number
+from app.domain.states import BatchState, PublicStatus
+from app.speculation import core
+from app.speculation.generator import Generator
+from app.views import trail as trail_mod
+from app.views.data import QueueState, TimingCache, ViewRuntime, load_queue_state, request_prior
+from app.views.forecast import Forecast, forecast_unbatched
+from app.views.schemas import (
     AssumptionOut,
     BatchOut,
     BuildOut,
@@ -48,15 +57,7 @@ from app.api.view_schemas import (
     TrailEntryOut,
     TrailEventOut,
 )
-from app.db.repos import batches as batch_repo
-from app.db.repos import request_log as log_repo
-from app.db.repos import views as view_repo
-from app.domain.entities import Batch, RequestSummary
-from app.domain.errors import ValidationError
-from app.domain.ids import request_id, request_number
-from app.domain.states import BatchState, PublicStatus
-from app.speculation import core
-from app.speculation.generator import Generator
+from app.views.stages import STAGES, TERMINAL, stage_of
 
 IN_FLIGHT_LIMIT = 200
 RECENT_LIMIT = 20
@@ -64,27 +65,12 @@ HISTORY_LIMIT = 5000
 SEARCH_LIMIT = 20
 MAX_QUERY = 1024
 
-TERMINAL = frozenset(s.value for s in PublicStatus if s.terminal)
-STAGES = ("incoming", "batching", "speculating", "landing", "cancelling")
-_STAGE_OF = {
-    "accepted": "incoming", "started": "incoming", "validating": "incoming",
-    "validated": "incoming", "batching": "batching", "batched": "batching",
-    "speculating": "speculating", "speculated": "landing", "landing": "landing",
-    "cancelling": "cancelling",
-}
 _SQID = re.compile(r"^(?P<queue>[A-Za-z0-9][A-Za-z0-9._-]{0,99})/(?P<n>[1-9][0-9]{0,17})$")
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorOut} for code in (400, 404, 422, 500, 503)
 }
 
 router = APIRouter(prefix="/api/v1", tags=["views"], responses=_ERRORS)
-
-
-def get_view_runtime(request: Request) -> ViewRuntime:
-    runtime = getattr(request.app.state, "runtime", None)
-    if runtime is None:
-        raise RuntimeError("app.state.runtime is not set; the app has not started")
-    return cast(ViewRuntime, runtime)
 
 
 def get_timing_cache(request: Request) -> TimingCache:
@@ -94,14 +80,10 @@ def get_timing_cache(request: Request) -> TimingCache:
     return cast(TimingCache, cache)
 
 
-Runtime = Annotated[ViewRuntime, Depends(get_view_runtime)]
+Runtime = RuntimeDep
 Timings = Annotated[TimingCache, Depends(get_timing_cache)]
 RequestNumber = Annotated[int, Path(ge=1, le=2**63 - 1,
                                     description="The number in the sqid <queue>/<n>.")]
-
-
-def stage_of(status: str) -> str:
-    return status if status in TERMINAL else _STAGE_OF.get(status, "incoming")
 
 
 def forecast_out(f: Forecast | None, now_ms: int) -> ForecastOut | None:

@@ -22,14 +22,9 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
 from app.domain.entities import Batch, PathEntry, PathSet
-from app.domain.errors import PlanError
+from app.domain.errors import PlanRejected as PlanRejected  # re-exported
 from app.domain.states import BatchState, PathStatus
 from app.speculation.planner import Plan
-
-
-class PlanRejected(PlanError):
-    code = "plan_rejected"
-    summary = "speculation plan rejected"
 
 
 def check_plan(batches: Mapping[str, Batch], stored: Mapping[str, PathSet],

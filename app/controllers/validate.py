@@ -1,7 +1,7 @@
 """``validate``: reject duplicates and unreadable changes, claim the changes, ask for a
 dry-run merge. Serial per merge queue, so the duplicate check and the claim cannot race.
 The gateway already refuses a land of a change another live or landed request holds
-(its unique change claim, ``app/api/landing.py``); this check is the second line of
+(its unique change claim, ``app/gateway/landing.py``); this check is the second line of
 defence, for requests that reach ``start`` some other way.
 
 | Loaded state | Relative to checkpoint | Action |

@@ -1,7 +1,41 @@
-"""The one exception tree of SubmitQueue.
+"""The one exception tree of SubmitQueue: every error the application raises on
+purpose is drawn here (httpx's model: one module, the whole tree).
 
-Only ``app/api`` maps these to HTTP (one handler). The durable queue classifies
-them through their ``retryable`` attribute, without importing this module.
+Only ``app/api/errors.py`` maps these to HTTP (``response_for``; one handler for the
+whole tree). The durable queue classifies them through their ``retryable`` (and
+``park``, ``subjects``) attributes, without importing this module: ``app/queue`` is a
+library that knows nothing of merge queues, so its own small tree (``QueueError``:
+``UnknownTopic``, ``InvalidPayload``, ``PayloadTooLarge``, ``QueueBusy``,
+``LeaseLost``, ``MessageNotFound``, ``NotDeadLettered``; ``app/queue/errors.py``)
+stays there and is mapped by the same function. Errors private to one adapter that
+never leave it (``GitError``, ``Conflict``, ``SandboxUnavailable``; the client's
+``ClientError``) stay in their modules.
+
+```
+SubmitQueueError
+├── NotFound                         404
+├── AlreadyExists                    409
+│   ├── ChangeInFlight
+│   └── ChangeLanded
+├── IdempotencyKeyReused             422
+├── VersionMismatch                  409 (retryable)
+├── InvalidState                     409
+├── ValidationError                  400
+│   └── Undecodable                  (a dead letter naming no entity; parked)
+├── ChangeRejected                   400 (the change provider refused the change)
+├── Unauthorized                     401 + WWW-Authenticate: Bearer
+│   └── BadSignature                 401 (a CI request's signature)
+├── Forbidden                        403
+│   └── AdminDisabled
+├── BuildTriggerRefused              (CI refused a trigger; never reaches the API)
+├── Unattributed                     (a speculate dead letter naming no batch; parked)
+├── PlanError                        (decided; never reaches the API)
+│   ├── PlanRejected
+│   └── PlanInvariantError           (app/speculation/invariants.py: also an AssertionError)
+├── Busy                             503 + Retry-After (retryable)
+└── ServiceUnavailable               503 + Retry-After (retryable)
+    └── TooManyStreams
+```
 
 | Error | Meaning | Retryable | HTTP |
 |---|---|---|---|
@@ -15,6 +49,15 @@ them through their ``retryable`` attribute, without importing this module.
 | ``ValidationError`` | input breaks a rule; the message says which and how to fix it | no | 400 |
 | ``PlanError`` | a speculation plan broke a rule (a planner or check bug) | no, decided | - |
 | ``Busy`` | a shared resource (the SQLite write lock) stayed taken past its bound; nothing was written | yes | 503 + ``Retry-After`` |
+| ``ServiceUnavailable`` | a dependency (queue, database) failed transiently | yes | 503 + ``Retry-After`` |
+| ``TooManyStreams`` | the live-stream cap is reached, or the server is stopping | yes | 503 + ``Retry-After: 5`` |
+| ``Unauthorized`` | no or a wrong token | no | 401 |
+| ``BadSignature`` | a CI request's ``X-SubmitQueue-Signature`` is missing, malformed, stale or wrong | no | 401 |
+| ``Forbidden`` / ``AdminDisabled`` | the caller may not do this / the admin API is off | no | 403 |
+| ``ChangeRejected`` | the change cannot land as it is (unknown, stale, unreadable) | no | 400 |
+| ``BuildTriggerRefused`` | the CI answered a trigger with a permanent error | no | - |
+| ``Undecodable`` | a dead letter names no entity a reconciler can act on | no, parked | - |
+| ``Unattributed`` | a ``speculate`` dead letter names no batch | no, parked | - |
 
 ``PlanError`` (raised as ``PlanRejected`` by the controller's check and as
 ``PlanInvariantError`` by the planner) is classified deliberately: the planner is a
@@ -118,3 +161,77 @@ class PlanError(SubmitQueueError):
 class Busy(SubmitQueueError):
     code = "busy"
     retryable = True
+
+
+class ServiceUnavailable(SubmitQueueError):
+    """A dependency (the queue or the database) failed transiently; the client should
+    retry after ``retry_after_s``."""
+
+    code = "unavailable"
+    retryable = True
+    retry_after_s = 2
+
+
+class TooManyStreams(ServiceUnavailable):
+    """No more live streams: the cap is reached, or the server is shutting down."""
+
+    retry_after_s = 5
+
+
+class Unauthorized(SubmitQueueError):
+    """No credentials, or wrong ones (401; the answer names the Bearer scheme)."""
+
+    code = "unauthorized"
+    bearer = True
+
+
+class BadSignature(Unauthorized):
+    """A request's ``X-SubmitQueue-Signature`` is missing, malformed, stale, or does not
+    match the build and the body it came with."""
+
+    code = "bad_signature"
+    bearer = False
+
+
+class Forbidden(SubmitQueueError):
+    code = "forbidden"
+
+
+class AdminDisabled(Forbidden):
+    """The admin API is off (no ``SQ_ADMIN_TOKEN``)."""
+
+    code = "admin_disabled"
+
+
+class ChangeRejected(SubmitQueueError):
+    """The change cannot land as it is (unknown, stale, unreadable); the reason says why."""
+
+    code = "change_rejected"
+
+
+class BuildTriggerRefused(SubmitQueueError):
+    """The CI answered the trigger with a permanent error (e.g. 401, 404)."""
+
+    code = "build_trigger_refused"
+
+
+class Undecodable(ValidationError):
+    """The dead letter names no entity a reconciler can act on; an operator decides."""
+
+    code = "undecodable"
+    park = True  # the queue parks it at once: retrying cannot decode it
+
+
+class Unattributed(SubmitQueueError):
+    """A ``speculate`` dead letter whose error names no batch it is about: nothing is
+    failed (the message's own batch is innocent); an operator decides."""
+
+    code = "unattributed"
+    park = True
+
+
+class PlanRejected(PlanError):
+    """The controller's check refused a plan (``app/controllers/plan_check.py``)."""
+
+    code = "plan_rejected"
+    summary = "speculation plan rejected"

@@ -15,15 +15,9 @@ from typing import Any, Protocol, runtime_checkable
 
 from app.domain.build_run import BuildRun
 from app.domain.entities import ChangeDetails
-from app.domain.errors import SubmitQueueError
+from app.domain.errors import ChangeRejected as ChangeRejected  # re-exported
 from app.domain.queue_config import SpeculationConfig
 from app.domain.states import BuildStatus, LandStrategy
-
-
-class ChangeRejected(SubmitQueueError):
-    """The change cannot land as it is (unknown, stale, unreadable); the reason says why."""
-
-    code = "change_rejected"
 
 
 class ChangeProvider(Protocol):

@@ -17,12 +17,13 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from app.api import events
-from app.api.events import MAX_STREAMS, EventHub, TooManyStreams
 from app.db.engine import Database
 from app.db.tables import counters, request_summaries
+from app.domain.errors import TooManyStreams
 from app.domain.messages import START
 from app.queue.backends import sqlite_path_from_url
+from app.views import events
+from app.views.events import MAX_STREAMS, EventHub
 from tests.conftest import BACKENDS, _pg_admin
 from tests.e2e.harness import Server, change, serve
 
@@ -101,7 +102,7 @@ async def test_a_burst_of_200_streams_admits_100_and_refuses_the_rest_with_503(
             if status == 503:
                 assert body["code"] == "unavailable" and "no more live streams" in body["message"]
                 assert retry_after == "5"
-        hub: EventHub = server.app.state.event_hub
+        hub: EventHub = server.runtime.event_hub
         deadline = time.monotonic() + 10
         while hub.subscribers and time.monotonic() < deadline:
             await asyncio.sleep(0.05)

@@ -18,8 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app.api.events import EventHub
-from app.api.view_data import TimingCache
+from app.views.data import TimingCache
+from app.views.events import EventHub
 from tests.conftest import BACKENDS
 from tests.e2e.harness import ROOT, Server, change, free_port, serve
 from tests.e2e.test_serve import wait_healthy
@@ -164,7 +164,7 @@ async def test_event_stream_follows_a_request_to_landed_and_ends_on_disconnect(
                                         ) as resp:
             assert resp.status_code == 200
             assert resp.headers["content-type"].startswith("text/event-stream")
-            hub: EventHub = server.app.state.event_hub
+            hub: EventHub = server.runtime.event_hub
             assert len(hub.subscribers) == 1
             sqid = await server.land(change("live", files="live/a.py", build_ms=1500))
             events = await read_events(resp, lambda ev: any(
@@ -185,7 +185,7 @@ async def test_event_stream_follows_a_request_to_landed_and_ends_on_disconnect(
 @both
 async def test_event_stream_bounds_and_bad_input(database_url: str, tmp_path: Path) -> None:
     async with serve(database_url, tmp_path) as server:
-        server.app.state.event_hub = EventHub(server.runtime.db, max_streams=1)
+        server.runtime.event_hub = EventHub(server.runtime.db, max_streams=1)
         async with server.client.stream("GET", "/api/v1/events", params={"queue": "demo"}
                                         ) as first:
             assert first.status_code == 200

@@ -1,4 +1,4 @@
-"""The gateway's change claims and idempotency keys (``app/api/landing.py``,
+"""The gateway's change claims and idempotency keys (``app/gateway/landing.py``,
 ``app/db/repos/claims.py``) over HTTP in process, on SQLite and PostgreSQL: the unique
 claim under concurrency, all-or-nothing stacks, the terminal fold releasing or keeping
 claims (idempotent under redelivery and reordering), receipts whose ``start`` was lost,
@@ -160,15 +160,16 @@ async def test_a_failed_start_publish_gives_claims_and_key_back(database_url: st
 async def hidden_receipt(env: Env, sqid: str, uri: str, *, received_ms: int,
                          key: str | None = None, body: dict[str, Any] | None = None) -> None:
     """What a gateway that died between its commit and its ``start`` publish left."""
-    from app.api.landing import body_digest
     from app.api.schemas import LandBody
     from app.domain.change_uri import parse_change_uri
+    from app.gateway.landing import body_digest
 
     async with env.runtime.db.write() as s:
         await s.execute(sa.text("INSERT INTO counters (queue, domain, value) "
                                 "VALUES ('demo', 'request', 1)"))
         if key is not None:
-            digest = body_digest(LandBody.model_validate(body or {"change_uris": [uri]}))
+            land = LandBody.model_validate(body or {"change_uris": [uri]})
+            digest = body_digest(land.change_uris, land.strategy)
             await claims.reserve_key(s, queue="demo", key=key, request_id=sqid,
                                      body_sha256=digest, now_ms=received_ms)
         await claims.claim_stack(s, queue="demo", request_id=sqid,

@@ -7,7 +7,9 @@ import math
 
 import pytest
 
-from app.api.forecast import (
+from app.domain.entities import Batch, PathEntry, SpeculationPath
+from app.domain.states import Assumption, BatchState, PathStatus
+from app.views.forecast import (
     MAX_EXACT,
     QueueSnapshot,
     expected_total,
@@ -16,8 +18,6 @@ from app.api.forecast import (
     posterior_good,
     timing,
 )
-from app.domain.entities import Batch, PathEntry, SpeculationPath
-from app.domain.states import Assumption, BatchState, PathStatus
 
 S, F = Assumption.SUCCEEDS, Assumption.FAILS
 

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from app.api.events import LogCursor
-from app.api.trail import BuildFact, removal, safe_url, trail
 from app.domain.entities import RequestLog
 from app.domain.states import Assumption, LogType
 from app.speculation.core import NO_PATH_PASSED
+from app.views.events import LogCursor
+from app.views.trail import BuildFact, removal, safe_url, trail
 
 TERMINAL = frozenset({"landed", "error", "cancelled"})
 

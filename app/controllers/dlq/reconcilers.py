@@ -78,7 +78,9 @@ from app.db.repos import speculation as spec_repo
 from app.db.repos.request_log import persist_log
 from app.domain import messages as m
 from app.domain.entities import Batch, LandRequest
-from app.domain.errors import NotFound, SubmitQueueError, ValidationError
+from app.domain.errors import NotFound
+from app.domain.errors import Unattributed as Unattributed  # re-exported
+from app.domain.errors import Undecodable as Undecodable  # re-exported
 from app.domain.messages import EntityMsg, LogMsg
 from app.domain.states import BATCH_TO_REQUEST_TERMINAL, BatchState, LandStrategy, RequestState
 from app.queue import DLQ_SUFFIX, Delivery, StoredMessage
@@ -90,21 +92,6 @@ BATCH_TOPICS = (m.DEPENDENCY_ANALYSIS, m.SPECULATE, m.BUILD, m.MERGE, m.CONCLUDE
                 m.MERGESIGNAL)
 BUILD_TOPICS = (m.BUILDSIGNAL,)
 ACTIVE = (BatchState.CREATED, BatchState.SPECULATING, BatchState.MERGING, BatchState.CANCELLING)
-
-
-class Undecodable(ValidationError):
-    """The dead letter names no entity a reconciler can act on; an operator decides."""
-
-    code = "undecodable"
-    park = True  # the queue parks it at once: retrying cannot decode it
-
-
-class Unattributed(SubmitQueueError):
-    """A ``speculate`` dead letter whose error names no batch it is about: nothing is
-    failed (the message's own batch is innocent); an operator decides."""
-
-    code = "unattributed"
-    park = True
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ import hashlib
 import hmac
 import re
 
-from app.domain.errors import SubmitQueueError
+from app.domain.errors import BadSignature as BadSignature  # re-exported
 
 SIGNATURE_HEADER = "X-SubmitQueue-Signature"
 TOLERANCE_S = 300
@@ -34,13 +34,6 @@ FORMAT = 't=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<build id>.<raw body>">'
 MAX_HEADER = 1000
 _HEX64 = re.compile(r"^[0-9a-fA-F]{64}$")
 _SECONDS = re.compile(r"^[0-9]{1,12}$")
-
-
-class BadSignature(SubmitQueueError):
-    """A request's ``X-SubmitQueue-Signature`` is missing, malformed, stale, or does not
-    match the build and the body it came with."""
-
-    code = "bad_signature"
 
 
 def signed_bytes(t: int, build_id: str, body: bytes) -> bytes:

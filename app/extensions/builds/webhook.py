@@ -45,7 +45,8 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.domain.build_run import BuildRun
-from app.domain.errors import InvalidState, NotFound, SubmitQueueError
+from app.domain.errors import BuildTriggerRefused as BuildTriggerRefused  # re-exported
+from app.domain.errors import InvalidState, NotFound
 from app.domain.states import BuildStatus
 from app.domain.text import check_line, check_text
 from app.extensions.base import BuildReport, BuildRequest, BuildStore
@@ -56,12 +57,6 @@ __all__ = ["IDEMPOTENCY_HEADER", "SIGNATURE_HEADER", "BadSignature", "BuildTrigg
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 REQUEST_TIMEOUT_S = 10.0
-
-
-class BuildTriggerRefused(SubmitQueueError):
-    """The CI answered the trigger with a permanent error (e.g. 401, 404)."""
-
-    code = "build_trigger_refused"
 
 
 class CallbackBody(BaseModel):

@@ -30,10 +30,9 @@ import hashlib
 import json
 import logging
 from dataclasses import dataclass
+from typing import Protocol
 
-from app.api.deps import GatewayRuntime, now_ms
-from app.api.errors import ServiceUnavailable
-from app.api.schemas import LandBody
+from app.db.engine import Database
 from app.db.repos import claims, counters
 from app.db.repos import request_log as repo
 from app.domain.change_uri import stack_identities, validate_stack
@@ -42,6 +41,7 @@ from app.domain.errors import (
     ChangeInFlight,
     ChangeLanded,
     IdempotencyKeyReused,
+    ServiceUnavailable,
     ValidationError,
     VersionMismatch,
 )
@@ -49,6 +49,7 @@ from app.domain.ids import request_id, request_number
 from app.domain.messages import START, LandRequestMsg, log_id
 from app.domain.queue_config import QueueConfig
 from app.domain.states import LandStrategy, LogType, PublicStatus
+from app.queue import Broker
 
 log = logging.getLogger("submitqueue.api")
 
@@ -58,6 +59,16 @@ LAND_ATTEMPTS = 5
 MAX_KEY_LENGTH = 255
 ACCEPTING = PublicStatus.ACCEPTING.value
 ACCEPTED = PublicStatus.ACCEPTED.value
+
+
+class LandRuntime(Protocol):
+    """What accepting a land needs (the composition root's ``Runtime`` offers it)."""
+
+    @property
+    def db(self) -> Database: ...
+
+    @property
+    def broker(self) -> Broker: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,23 +98,25 @@ def check_key(key: str | None) -> str | None:
     return key
 
 
-def body_digest(body: LandBody) -> str:
+def body_digest(change_uris: list[str], strategy: LandStrategy | None) -> str:
     """SHA-256 of the body as sent (the stack in order and the strategy, null kept)."""
-    raw = json.dumps({"change_uris": body.change_uris,
-                      "strategy": body.strategy.value if body.strategy else None},
+    raw = json.dumps({"change_uris": change_uris,
+                      "strategy": strategy.value if strategy else None},
                      separators=(",", ":"), sort_keys=True)
     return hashlib.sha256(raw.encode("utf-8")).hexdigest()
 
 
-async def accept(runtime: GatewayRuntime, *, queue: str, config: QueueConfig, body: LandBody,
+async def accept(runtime: LandRuntime, *, queue: str, config: QueueConfig,
+                 change_uris: list[str], strategy: LandStrategy | None,
                  key: str | None) -> Landed:
-    """Accept ``body`` for ``queue`` (see the module docstring)."""
+    """Accept the stack ``change_uris`` for ``queue`` (see the module docstring);
+    ``strategy`` None = the queue's default."""
     key = check_key(key)
-    identities = stack_identities(validate_stack(body.change_uris))
-    strategy = body.strategy or config.default_strategy
-    digest = body_digest(body)
+    identities = stack_identities(validate_stack(change_uris))
+    digest = body_digest(change_uris, strategy)
+    strategy = strategy or config.default_strategy
     for attempt in range(1, LAND_ATTEMPTS + 1):
-        received_ms = now_ms(runtime)
+        received_ms = runtime.broker.clock()
         try:
             async with runtime.db.write() as s:
                 sqid = request_id(queue, await counters.next_number(
@@ -115,22 +128,22 @@ async def accept(runtime: GatewayRuntime, *, queue: str, config: QueueConfig, bo
                         raise _Replay(bound)
                 await claims.claim_stack(
                     s, queue=queue, request_id=sqid,
-                    changes=list(zip(identities, body.change_uris, strict=True)),
+                    changes=list(zip(identities, change_uris, strict=True)),
                     now_ms=received_ms)
                 await repo.create_summary(s, queue=queue, request_id=sqid,
-                                          change_uris=body.change_uris,
+                                          change_uris=change_uris,
                                           received_at_ms=received_ms,
                                           metadata={"strategy": strategy.value})
         except _Replay as replay:
             return await _replay(runtime, replay.record, digest, strategy)
         except claims.ClaimHeld as held:
-            raise await _refusal(runtime, held.claim, body.change_uris, identities) from None
+            raise await _refusal(runtime, held.claim, change_uris, identities) from None
         except VersionMismatch:
             if attempt == LAND_ATTEMPTS:
                 raise
             continue
         break
-    msg = LandRequestMsg(id=sqid, queue=queue, change_uris=body.change_uris, strategy=strategy,
+    msg = LandRequestMsg(id=sqid, queue=queue, change_uris=change_uris, strategy=strategy,
                          received_at_ms=received_ms)
     try:
         await hand_off(runtime, msg)
@@ -140,7 +153,7 @@ async def accept(runtime: GatewayRuntime, *, queue: str, config: QueueConfig, bo
     return Landed(sqid=sqid, status=ACCEPTED)
 
 
-async def hand_off(runtime: GatewayRuntime, msg: LandRequestMsg) -> None:
+async def hand_off(runtime: LandRuntime, msg: LandRequestMsg) -> None:
     """Publish ``start`` (id = sqid: a repeat is stored once), then record ``accepted``
     (a failure there is only logged: ``start`` records ``accepted`` too)."""
     try:
@@ -161,7 +174,7 @@ async def hand_off(runtime: GatewayRuntime, msg: LandRequestMsg) -> None:
                       extra={"queue": msg.queue, "sqid": msg.id})
 
 
-async def _give_back(runtime: GatewayRuntime, *, queue: str, sqid: str, key: str | None) -> None:
+async def _give_back(runtime: LandRuntime, *, queue: str, sqid: str, key: str | None) -> None:
     """A receipt whose ``start`` was not published releases its claims and its key."""
     try:
         async with runtime.db.write() as s:
@@ -173,12 +186,12 @@ async def _give_back(runtime: GatewayRuntime, *, queue: str, sqid: str, key: str
                       extra={"queue": queue, "sqid": sqid})
 
 
-async def _summary(runtime: GatewayRuntime, queue: str, sqid: str) -> RequestSummary | None:
+async def _summary(runtime: LandRuntime, queue: str, sqid: str) -> RequestSummary | None:
     async with runtime.db.read() as s:
         return await repo.find_summary(s, queue=queue, request_id=sqid)
 
 
-async def _complete(runtime: GatewayRuntime, summary: RequestSummary,
+async def _complete(runtime: LandRuntime, summary: RequestSummary,
                     strategy: LandStrategy) -> None:
     """Hand a hidden receipt on: publish its ``start`` and record ``accepted``."""
     await hand_off(runtime, LandRequestMsg(
@@ -193,7 +206,7 @@ def _strategy_of(summary: RequestSummary, default: LandStrategy) -> LandStrategy
         return default
 
 
-async def _replay(runtime: GatewayRuntime, record: claims.IdempotencyRecord, digest: str,
+async def _replay(runtime: LandRuntime, record: claims.IdempotencyRecord, digest: str,
                   strategy: LandStrategy) -> Landed:
     if record.body_sha256 != digest:
         raise IdempotencyKeyReused(
@@ -210,7 +223,7 @@ async def _replay(runtime: GatewayRuntime, record: claims.IdempotencyRecord, dig
     return Landed(sqid=record.request_id, status=summary.status, replayed=True)
 
 
-async def _refusal(runtime: GatewayRuntime, claim: claims.Claim, uris: list[str],
+async def _refusal(runtime: LandRuntime, claim: claims.Claim, uris: list[str],
                    identities: list[str]) -> ChangeLanded | ChangeInFlight:
     """The 409 for a change ``claim`` holds (handing an orphaned hidden holder on)."""
     mine = uris[identities.index(claim.change_key)]
@@ -224,7 +237,7 @@ async def _refusal(runtime: GatewayRuntime, claim: claims.Claim, uris: list[str]
     summary = await _summary(runtime, claim.queue, owner)
     status = summary.status if summary is not None else ACCEPTING
     orphaned = summary is not None and status == ACCEPTING and (
-        now_ms(runtime) - summary.received_at_ms >= ORPHAN_GRACE_MS)
+        runtime.broker.clock() - summary.received_at_ms >= ORPHAN_GRACE_MS)
     if orphaned and summary is not None:
         try:
             await _complete(runtime, summary, _strategy_of(summary, LandStrategy.REBASE))

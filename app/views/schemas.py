@@ -1,8 +1,8 @@
 """Response bodies of the status pages' read endpoints (``app/api/views.py``).
 
 Probabilities are in [0, 1]; times are epoch milliseconds (``*_at_ms``) or durations
-(``*_ms``). ``app/api/forecast.py`` says exactly what ``p_land``,
-``p_speculation_holds`` and ``eta_*`` mean; ``app/api/trail.py`` defines the trail and
+(``*_ms``). ``app/views/forecast.py`` says exactly what ``p_land``,
+``p_speculation_holds`` and ``eta_*`` mean; ``app/views/trail.py`` defines the trail and
 the removal reasons.
 """
 

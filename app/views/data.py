@@ -16,8 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from app.api.deps import GatewayRuntime
-from app.api.forecast import Forecast, QueueSnapshot, Timing, forecast_batches, timing
+from app.db.engine import Database
 from app.db.repos import batches as batch_repo
 from app.db.repos import changes as change_repo
 from app.db.repos import speculation as spec_repo
@@ -27,6 +26,7 @@ from app.domain.states import BatchState, BuildStatus
 from app.extensions.base import QueueExtensions
 from app.speculation import core
 from app.speculation.generator import probabilities
+from app.views.forecast import Forecast, QueueSnapshot, Timing, forecast_batches, timing
 
 ACTIVE = (BatchState.CREATING, BatchState.CREATED, BatchState.SPECULATING,
           BatchState.MERGING, BatchState.CANCELLING)
@@ -39,7 +39,21 @@ class _Registry(Protocol):
     def for_queue(self, name: str) -> QueueExtensions: ...
 
 
-class ViewRuntime(GatewayRuntime, Protocol):
+class _Clock(Protocol):
+    def clock(self) -> int: ...
+
+
+class ReadRuntime(Protocol):
+    """What the read model needs: the database (read only) and the gateway's clock."""
+
+    @property
+    def db(self) -> Database: ...
+
+    @property
+    def broker(self) -> _Clock: ...
+
+
+class ViewRuntime(ReadRuntime, Protocol):
     @property
     def extensions(self) -> _Registry: ...
 
@@ -77,7 +91,7 @@ class TimingCache:
         self.ttl_s = ttl_s
         self._items: dict[str, tuple[float, Timing]] = {}
 
-    async def get(self, rt: GatewayRuntime, queue: str) -> Timing:
+    async def get(self, rt: ReadRuntime, queue: str) -> Timing:
         hit = self._items.get(queue)
         now = time.monotonic()
         if hit is not None and hit[0] > now:
@@ -87,7 +101,7 @@ class TimingCache:
         return value
 
 
-async def load_timing(rt: GatewayRuntime, queue: str) -> Timing:
+async def load_timing(rt: ReadRuntime, queue: str) -> Timing:
     """Medians over the queue's last log rows: build durations (trigger -> verdict, from
     the builds those rows name) and merges (``speculated`` -> ``landed``)."""
     async with rt.db.read() as s:
