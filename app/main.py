@@ -34,6 +34,7 @@ from app.queue import Backoff, Broker, Chaos, ConsumerService, backend_for_url
 from app.scheduler import Scheduler
 from app.settings import Settings, get_settings
 from app.speculation.scoring import build_scorer
+from app.views.data import TimingCache
 from app.views.events import EventHub
 
 log = logging.getLogger("submitqueue")
@@ -92,6 +93,7 @@ class Runtime:
             log_context=log_ids,
         )
         self.event_hub = EventHub(self.db)  # live streams of the pages (gateway roles)
+        self.view_timing = TimingCache()  # the pages' recent build and merge times
         self.scheduler = Scheduler(on_run=self.metrics.job_finished)
         self.resync: SpeculateResync | None = None
         self._schedule_jobs(orchestrator)

@@ -46,9 +46,9 @@ from app.api.deps import ApiRuntime, RuntimeDep
 from app.api.schemas import ErrorOut, SafeLine, SafeText
 from app.controllers.dlq import Reconciler, Undecodable, build_reconcilers
 from app.controllers.dlq.reconcilers import decode_entity
-from app.db.repos import audit as audit_repo
 from app.domain.errors import AdminDisabled, NotFound, Unauthorized, ValidationError
 from app.domain.messages import LOG
+from app.gateway import audit as audit_log
 from app.queue import (
     DLQ_SUFFIX,
     MessageNotFound,
@@ -163,10 +163,9 @@ def message_view(msg: StoredMessage) -> dict[str, Any]:
 async def _audit(rt: AdminRuntime, *, actor: str, action: str, topic: str,
                  message_ids: list[int] | None = None, reason: str = "",
                  result: dict[str, Any] | None = None) -> int:
-    async with rt.db.write() as s:
-        return await audit_repo.append(s, at_ms=rt.broker.clock(), actor=actor, action=action,
-                                       topic=topic, message_ids=message_ids or [],
-                                       reason=reason, result=result)
+    return await audit_log.record(rt.db, at_ms=rt.broker.clock(), actor=actor,
+                                  action=action, topic=topic, message_ids=message_ids,
+                                  reason=reason, result=result)
 
 
 # -- topics and dead letters ----------------------------------------------------------
@@ -357,7 +356,6 @@ async def audit(
     cursor: Annotated[SafeLine | None, Query(max_length=30)] = None,
 ) -> dict[str, Any]:
     before = _seq(cursor) if cursor else None
-    async with rt.db.read() as s:
-        entries = await audit_repo.list_entries(s, before_id=before, limit=limit)
+    entries = await audit_log.entries(rt.db, before_id=before, limit=limit)
     return {"items": [e.__dict__ for e in entries],
             "next_cursor": str(entries[-1].id) if len(entries) == limit else None}

@@ -19,6 +19,7 @@ from app.domain.queue_config import QueueConfig
 from app.extensions.base import BuildStore, QueueExtensions
 from app.queue import Broker
 from app.settings import Settings
+from app.views.data import TimingCache
 from app.views.events import EventHub
 
 
@@ -50,6 +51,9 @@ class ApiRuntime(Protocol):
 
     @property
     def event_hub(self) -> EventHub: ...
+
+    @property
+    def view_timing(self) -> TimingCache: ...
 
     @property
     def metrics(self) -> Any: ...

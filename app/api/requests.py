@@ -22,12 +22,11 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import logging
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Path, Query, Response
 
-from app.api.deps import RuntimeDep, now_ms, queue_config
+from app.api.deps import RuntimeDep, queue_config
 from app.api.schemas import (
     CancelAccepted,
     CancelBody,
@@ -42,19 +41,14 @@ from app.api.schemas import (
     RequestSummaryOut,
     SafeLine,
 )
-from app.db.repos import request_log as repo
-from app.domain.entities import RequestLog
-from app.domain.errors import ServiceUnavailable, ValidationError
+from app.domain.errors import ValidationError
 from app.domain.ids import request_id
-from app.domain.messages import CANCEL, CancelRequestMsg, log_id
-from app.domain.states import LogType, PublicStatus
+from app.domain.states import PublicStatus
 from app.domain.text import check_line
 from app.gateway import landing
-
-log = logging.getLogger("submitqueue.api")
+from app.gateway import requests as gateway
 
 VISIBLE_STATUSES = tuple(s.value for s in PublicStatus if s is not PublicStatus.ACCEPTING)
-_TERMINAL = frozenset(s.value for s in PublicStatus if s.terminal)
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorOut} for code in (400, 404, 409, 413, 415, 422, 500, 503)
 }
@@ -65,21 +59,6 @@ MAX_INT64 = 2**63 - 1  # the widest integer both databases store
 RequestNumber = Annotated[int, Path(ge=1, le=MAX_INT64,
                                     description="The number in the sqid <queue>/<n>.")]
 MAX_CURSOR_ID = 255
-
-
-async def _publish(
-    runtime: RuntimeDep, topic: str, payload: dict[str, Any], *, partition_key: str,
-    message_id: str,
-) -> None:
-    try:
-        await runtime.broker.publish(topic, payload, partition_key=partition_key,
-                                     message_id=message_id)
-    except Exception as exc:
-        log.warning("publish failed", exc_info=exc,
-                    extra={"topic": topic, "message_id": message_id})
-        raise ServiceUnavailable(
-            f"could not hand {message_id!r} to the {topic!r} topic"
-        ) from exc
 
 
 @router.post("/queues/{queue}/requests", status_code=202, response_model=LandAccepted)
@@ -108,9 +87,8 @@ async def land(
 async def get_request(queue: str, n: RequestNumber, runtime: RuntimeDep) -> RequestSummaryOut:
     """The current status of one request."""
     queue_config(runtime, queue)
-    async with runtime.db.read() as s:
-        summary = await repo.get_summary(s, queue=queue, request_id=request_id(queue, n))
-    return RequestSummaryOut.of(summary)
+    found = await gateway.summary(runtime.db, queue=queue, sqid=request_id(queue, n))
+    return RequestSummaryOut.of(found)
 
 
 @router.get("/queues/{queue}/requests/{n}/history", response_model=HistoryOut)
@@ -118,9 +96,7 @@ async def get_history(queue: str, n: RequestNumber, runtime: RuntimeDep) -> Hist
     """Every status and event of one request, oldest first."""
     queue_config(runtime, queue)
     sqid = request_id(queue, n)
-    async with runtime.db.read() as s:
-        await repo.get_summary(s, queue=queue, request_id=sqid)
-        entries = await repo.history(s, queue=queue, request_id=sqid)
+    entries = await gateway.history(runtime.db, queue=queue, sqid=sqid)
     return HistoryOut(sqid=sqid, events=[HistoryEventOut.of(e) for e in entries])
 
 
@@ -134,20 +110,8 @@ async def cancel(
     queue_config(runtime, queue)
     sqid = request_id(queue, n)
     reason = body.reason if body is not None else ""
-    async with runtime.db.read() as s:
-        summary = await repo.get_summary(s, queue=queue, request_id=sqid)
-    if summary.status in _TERMINAL:
-        return CancelAccepted(sqid=sqid, status=summary.status)
-    cancelling = PublicStatus.CANCELLING.value
-    await repo.persist_log(runtime.db, RequestLog(
-        queue=queue, request_id=sqid, timestamp_ms=now_ms(runtime), type=LogType.STATUS,
-        status=cancelling, request_version=0, metadata={"reason": reason},
-        log_id=log_id(sqid, cancelling),
-    ))
-    msg = CancelRequestMsg(id=sqid, queue=queue, reason=reason)
-    await _publish(runtime, CANCEL, msg.model_dump(mode="json"), partition_key=sqid,
-                   message_id=f"{sqid}/cancel")
-    return CancelAccepted(sqid=sqid, status=cancelling)
+    status = await gateway.cancel(runtime, queue=queue, sqid=sqid, reason=reason)
+    return CancelAccepted(sqid=sqid, status=status)
 
 
 # --- listing -----------------------------------------------------------------------
@@ -211,11 +175,9 @@ async def list_requests(
         "status": status.value if status else None, "change_uri": change_uri,
     }
     after = decode_cursor(cursor, query) if cursor else None
-    async with runtime.db.read() as s:
-        rows = await repo.list_summaries(
-            s, queue=queue, limit=limit + 1, since_ms=since_ms, until_ms=until_ms,
-            status=query["status"], change_uri=change_uri, after=after,
-        )
+    rows = await gateway.page(runtime.db, queue=queue, limit=limit + 1, since_ms=since_ms,
+                              until_ms=until_ms, status=query["status"],
+                              change_uri=change_uri, after=after)
     page = rows[:limit]
     next_cursor = None
     if len(rows) > limit:
@@ -227,8 +189,7 @@ async def list_requests(
 @router.get("/queues", response_model=QueuesOut)
 async def list_queues(runtime: RuntimeDep) -> QueuesOut:
     """The configured merge queues, with how many visible requests are in each status."""
-    async with runtime.db.read() as s:
-        counts = await repo.counts_by_status(s, queues=list(runtime.queues))
+    counts = await gateway.counts(runtime.db, list(runtime.queues))
     return QueuesOut(items=[
         QueueOut(
             name=name, description=cfg.description, build_budget=cfg.build_budget,

@@ -18,6 +18,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from app.domain.entities import RequestLog, RequestSummary
 from app.domain.states import LandStrategy, LogType
 from app.domain.text import check_line, check_text
+from app.views.stages import landed_commits
 
 SafeText = Annotated[str, BeforeValidator(check_text)]
 SafeLine = Annotated[str, BeforeValidator(check_line)]
@@ -50,13 +51,6 @@ class LandAccepted(BaseModel):
 class CancelAccepted(BaseModel):
     sqid: str
     status: str
-
-
-def landed_commits(s: RequestSummary) -> list[str]:
-    """The commit each change of a landed request landed as (its ``landed`` status's
-    metadata ``commits``, one per change URI in order); [] unless landed."""
-    commits = s.metadata.get("commits") if s.status == "landed" else None
-    return [str(c) for c in commits] if isinstance(commits, list) else []
 
 
 class RequestSummaryOut(BaseModel):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from app.domain.entities import RequestSummary
 from app.domain.states import PublicStatus
 
 TERMINAL = frozenset(s.value for s in PublicStatus if s.terminal)
@@ -17,3 +18,10 @@ _STAGE_OF = {
 def stage_of(status: str) -> str:
     """A terminal status is its own stage; an unknown one is ``incoming``."""
     return status if status in TERMINAL else _STAGE_OF.get(status, "incoming")
+
+
+def landed_commits(s: RequestSummary) -> list[str]:
+    """The commit each change of a landed request landed as (its ``landed`` status's
+    metadata ``commits``, one per change URI in order); [] unless landed."""
+    commits = s.metadata.get("commits") if s.status == "landed" else None
+    return [str(c) for c in commits] if isinstance(commits, list) else []

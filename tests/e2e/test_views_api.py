@@ -50,7 +50,7 @@ async def test_overview_and_request_view_explain_a_dependency_and_a_failure(
     database_url: str, tmp_path: Path
 ) -> None:
     async with serve(database_url, tmp_path) as server:
-        server.app.state.view_timing = TimingCache(ttl_s=0)
+        server.runtime.view_timing = TimingCache(ttl_s=0)
         bad = await server.land(change("bad", files="lib/a.py", fake="build-fail",
                                        build_ms=2500))
         await server.wait_status(bad, {"speculating"})
