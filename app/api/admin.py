@@ -42,6 +42,22 @@ from fastapi import APIRouter, Depends, FastAPI, Query
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.api.admin_schemas import (
+    AuditEntryOut,
+    AuditOut,
+    DeadLetterOut,
+    DeadLettersOut,
+    DlqConsumerOut,
+    DlqTopicOut,
+    DlqTopicsOut,
+    DrainItemOut,
+    DrainOut,
+    GroupStatsOut,
+    OutcomeOut,
+    PauseOut,
+    TopicsOut,
+    TopicStatsOut,
+)
 from app.api.deps import ApiRuntime, RuntimeDep
 from app.api.schemas import ErrorOut, SafeLine, SafeText
 from app.controllers.dlq import Reconciler, Undecodable, build_reconcilers
@@ -149,15 +165,15 @@ def _entity_id(msg: StoredMessage) -> str | None:
         return None
 
 
-def message_view(msg: StoredMessage) -> dict[str, Any]:
-    return {
-        "id": msg.seq, "message_id": msg.message_id, "partition_key": msg.partition_key,
-        "payload": _payload(msg), "original_topic": msg.original_topic,
-        "attempts": msg.failure_count, "last_error": msg.last_error,
-        "failed_at_ms": msg.failed_at_ms, "failure_detail": msg.failure_detail,
-        "source_group": msg.source_group, "parked": msg.parked,
-        "settled": msg.settled_at_ms is not None, "entity_id": _entity_id(msg),
-    }
+def message_view(msg: StoredMessage) -> DeadLetterOut:
+    return DeadLetterOut(
+        id=msg.seq, message_id=msg.message_id, partition_key=msg.partition_key,
+        payload=_payload(msg), original_topic=msg.original_topic,
+        attempts=msg.failure_count, last_error=msg.last_error,
+        failed_at_ms=msg.failed_at_ms, failure_detail=msg.failure_detail,
+        source_group=msg.source_group, parked=msg.parked,
+        settled=msg.settled_at_ms is not None, entity_id=_entity_id(msg),
+    )
 
 
 async def _audit(rt: AdminRuntime, *, actor: str, action: str, topic: str,
@@ -171,47 +187,44 @@ async def _audit(rt: AdminRuntime, *, actor: str, action: str, topic: str,
 # -- topics and dead letters ----------------------------------------------------------
 
 
-@router.get("/topics")
-async def topics(rt: Runtime, _actor: Actor) -> dict[str, Any]:
-    out = []
-    for t in await rt.broker.stats():
-        out.append({
-            "topic": t.topic, "serial": t.serial, "is_dlq": t.is_dlq, "dlq_topic": t.dlq_topic,
-            "dlq_size": t.dlq_size, "dlq_parked": t.dlq_parked, "parked": t.parked,
-            "groups": [{"group": g.consumer_group, "depth": g.depth, "in_flight": g.in_flight,
-                        "held": g.held, "retrying": g.retrying,
-                        "oldest_age_ms": g.oldest_age_ms, "paused": g.paused,
-                        "paused_partitions": g.paused_partitions} for g in t.groups],
-        })
-    return {"topics": out}
+@router.get("/topics", response_model=TopicsOut)
+async def topics(rt: Runtime, _actor: Actor) -> TopicsOut:
+    return TopicsOut(topics=[TopicStatsOut(
+        topic=t.topic, serial=t.serial, is_dlq=t.is_dlq, dlq_topic=t.dlq_topic,
+        dlq_size=t.dlq_size, dlq_parked=t.dlq_parked, parked=t.parked,
+        groups=[GroupStatsOut(group=g.consumer_group, depth=g.depth, in_flight=g.in_flight,
+                              held=g.held, retrying=g.retrying,
+                              oldest_age_ms=g.oldest_age_ms, paused=g.paused,
+                              paused_partitions=g.paused_partitions) for g in t.groups],
+    ) for t in await rt.broker.stats()])
 
 
-@router.get("/dlq")
-async def dlq_topics(rt: Runtime, _actor: Actor) -> dict[str, Any]:
+@router.get("/dlq", response_model=DlqTopicsOut)
+async def dlq_topics(rt: Runtime, _actor: Actor) -> DlqTopicsOut:
     stats = {t.topic: t for t in await rt.broker.stats()}
     out = []
     for t in stats.values():
         if t.dlq_topic is None:
             continue
         dlq = stats.get(t.dlq_topic)
-        out.append({"topic": t.dlq_topic, "original_topic": t.topic, "size": t.dlq_size,
-                    "parked": t.dlq_parked,
-                    "consumers": [{"group": g.consumer_group, "paused": g.paused,
-                                   "depth": g.depth} for g in (dlq.groups if dlq else [])]})
-    return {"topics": out}
+        out.append(DlqTopicOut(
+            topic=t.dlq_topic, original_topic=t.topic, size=t.dlq_size, parked=t.dlq_parked,
+            consumers=[DlqConsumerOut(group=g.consumer_group, paused=g.paused, depth=g.depth)
+                       for g in (dlq.groups if dlq else [])]))
+    return DlqTopicsOut(topics=out)
 
 
-@router.get("/dlq/{topic}/messages")
+@router.get("/dlq/{topic}/messages", response_model=DeadLettersOut)
 async def dlq_messages(
     rt: Runtime, _actor: Actor, topic: str,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     cursor: Annotated[SafeLine | None, Query(max_length=30)] = None,
-) -> dict[str, Any]:
+) -> DeadLettersOut:
     spec = _dlq_spec(rt, topic)
     before = _seq(cursor) if cursor else None
     msgs = await rt.broker.list_messages(spec.name, before_seq=before, limit=limit)
-    return {"items": [message_view(m) for m in msgs],
-            "next_cursor": str(msgs[-1].seq) if len(msgs) == limit else None}
+    return DeadLettersOut(items=[message_view(m) for m in msgs],
+                          next_cursor=str(msgs[-1].seq) if len(msgs) == limit else None)
 
 
 async def _load(rt: AdminRuntime, topic: str, seq: int) -> StoredMessage | None:
@@ -222,8 +235,8 @@ async def _load(rt: AdminRuntime, topic: str, seq: int) -> StoredMessage | None:
     return msg if msg.topic == topic else None
 
 
-@router.get("/dlq/{topic}/messages/{message_id}")
-async def dlq_message(rt: Runtime, _actor: Actor, topic: str, message_id: str) -> dict[str, Any]:
+@router.get("/dlq/{topic}/messages/{message_id}", response_model=DeadLetterOut)
+async def dlq_message(rt: Runtime, _actor: Actor, topic: str, message_id: str) -> DeadLetterOut:
     spec = _dlq_spec(rt, topic)
     msg = await _load(rt, spec.name, _seq(message_id))
     if msg is None:
@@ -244,35 +257,35 @@ class DrainBody(BaseModel):
 
 
 async def _drain_one(rt: AdminRuntime, body: DrainBody, topic: str, seq: int,
-                     actor: str, reconciler: Reconciler | None) -> dict[str, Any]:
+                     actor: str, reconciler: Reconciler | None) -> DrainItemOut:
     msg = await _load(rt, topic, seq)
     if msg is None:
-        return {"id": seq, "result": "not_found"}
+        return DrainItemOut(id=seq, result="not_found")
     if body.mode == "discard":
         await rt.broker.discard(topic, seq, reason=f"{actor}: {body.reason}")
-        return {"id": seq, "result": "discarded"}
+        return DrainItemOut(id=seq, result="discarded")
     if msg.settled_at_ms is not None:
-        return {"id": seq, "result": "already_settled"}
+        return DrainItemOut(id=seq, result="already_settled")
     if body.mode == "requeue":
         try:
             moved = await rt.broker.requeue(topic, seq)
         except (MessageNotFound, NotDeadLettered) as exc:
-            return {"id": seq, "result": "failed", "error": str(exc)}
-        return {"id": seq, "result": "requeued", "to": moved.original_topic or moved.topic}
+            return DrainItemOut(id=seq, result="failed", error=str(exc))
+        return DrainItemOut(id=seq, result="requeued", to=moved.original_topic or moved.topic)
     if reconciler is None:
-        return {"id": seq, "result": "failed", "error": f"no reconciler for {topic!r}"}
+        return DrainItemOut(id=seq, result="failed", error=f"no reconciler for {topic!r}")
     try:
         outcome = await reconciler.reconcile(msg)
     except Undecodable as exc:
-        return {"id": seq, "result": "undecodable", "error": str(exc)}
+        return DrainItemOut(id=seq, result="undecodable", error=str(exc))
     except Exception as exc:
-        return {"id": seq, "result": "failed", "error": f"{type(exc).__name__}: {exc}"}
+        return DrainItemOut(id=seq, result="failed", error=f"{type(exc).__name__}: {exc}")
     await rt.broker.discard(topic, seq, reason=f"reconciled by {actor}: {outcome.action}")
-    return {"id": seq, "result": "reconciled", "outcome": outcome.as_dict()}
+    return DrainItemOut(id=seq, result="reconciled", outcome=OutcomeOut(**outcome.as_dict()))
 
 
-@router.post("/dlq/{topic}/drain")
-async def drain(rt: Runtime, actor: Actor, topic: str, body: DrainBody) -> dict[str, Any]:
+@router.post("/dlq/{topic}/drain", response_model=DrainOut)
+async def drain(rt: Runtime, actor: Actor, topic: str, body: DrainBody) -> DrainOut:
     spec = _dlq_spec(rt, topic)
     if body.mode in ("requeue", "discard") and not body.reason.strip():
         raise ValidationError(f"mode {body.mode!r} needs a reason (what was fixed, or why "
@@ -289,12 +302,13 @@ async def drain(rt: Runtime, actor: Actor, topic: str, body: DrainBody) -> dict[
     results = [await _drain_one(rt, body, spec.name, s, actor, reconciler) for s in seqs]
     counts: dict[str, int] = {}
     for r in results:
-        counts[r["result"]] = counts.get(r["result"], 0) + 1
+        counts[r.result] = counts.get(r.result, 0) + 1
     audit_id = await _audit(rt, actor=actor, action=f"drain:{body.mode}", topic=spec.name,
                             message_ids=seqs, reason=body.reason,
-                            result={"counts": counts, "results": results})
-    return {"topic": spec.name, "mode": body.mode, "results": results, "counts": counts,
-            "next_cursor": next_cursor, "audit_id": audit_id}
+                            result={"counts": counts,
+                                    "results": [r.model_dump(mode="json") for r in results]})
+    return DrainOut(topic=spec.name, mode=body.mode, results=results, counts=counts,
+                    next_cursor=next_cursor, audit_id=audit_id)
 
 
 # -- consumers ------------------------------------------------------------------------
@@ -319,7 +333,7 @@ def _group(rt: AdminRuntime, spec: TopicSpec, group: str | None) -> str:
 
 
 async def _pause_or_resume(rt: AdminRuntime, actor: str, topic: str, body: PauseBody | None,
-                           pause: bool) -> dict[str, Any]:
+                           pause: bool) -> PauseOut:
     body = body or PauseBody()
     spec = _spec(rt, topic)
     group = _group(rt, spec, body.group)
@@ -328,34 +342,34 @@ async def _pause_or_resume(rt: AdminRuntime, actor: str, topic: str, body: Pause
         changed = True
     else:
         changed = await rt.broker.resume(group, spec.name, body.partition_key)
-    result = {"topic": spec.name, "group": group, "partition_key": body.partition_key,
-              "paused": pause, "changed": changed}
+    result = PauseOut(topic=spec.name, group=group, partition_key=body.partition_key,
+                      paused=pause, changed=changed)
     await _audit(rt, actor=actor, action="pause" if pause else "resume", topic=spec.name,
-                 reason=body.reason, result=result)
+                 reason=body.reason, result=result.model_dump(mode="json"))
     return result
 
 
-@router.post("/consumers/{topic}/pause")
+@router.post("/consumers/{topic}/pause", response_model=PauseOut)
 async def pause_consumer(rt: Runtime, actor: Actor, topic: str,
-                         body: PauseBody | None = None) -> dict[str, Any]:
+                         body: PauseBody | None = None) -> PauseOut:
     return await _pause_or_resume(rt, actor, topic, body, pause=True)
 
 
-@router.post("/consumers/{topic}/resume")
+@router.post("/consumers/{topic}/resume", response_model=PauseOut)
 async def resume_consumer(rt: Runtime, actor: Actor, topic: str,
-                          body: PauseBody | None = None) -> dict[str, Any]:
+                          body: PauseBody | None = None) -> PauseOut:
     return await _pause_or_resume(rt, actor, topic, body, pause=False)
 
 
 # -- audit ----------------------------------------------------------------------------
 
 
-@router.get("/audit")
+@router.get("/audit", response_model=AuditOut)
 async def audit(
     rt: Runtime, _actor: Actor, limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     cursor: Annotated[SafeLine | None, Query(max_length=30)] = None,
-) -> dict[str, Any]:
+) -> AuditOut:
     before = _seq(cursor) if cursor else None
     entries = await audit_log.entries(rt.db, before_id=before, limit=limit)
-    return {"items": [e.__dict__ for e in entries],
-            "next_cursor": str(entries[-1].id) if len(entries) == limit else None}
+    return AuditOut(items=[AuditEntryOut(**e.__dict__) for e in entries],
+                    next_cursor=str(entries[-1].id) if len(entries) == limit else None)

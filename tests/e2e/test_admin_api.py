@@ -275,3 +275,4 @@ async def test_cli_lists_shows_and_drains(
             assert (await api(server, "GET", "/dlq/start_dlq/messages"))["items"] == []
         finally:
             get_settings.cache_clear()
+
