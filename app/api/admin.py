@@ -60,8 +60,9 @@ from app.api.admin_schemas import (
 )
 from app.api.deps import ApiRuntime, RuntimeDep
 from app.api.schemas import ErrorOut, SafeLine, SafeText
-from app.controllers.dlq import Reconciler, Undecodable, build_reconcilers
+from app.controllers.dlq import Reconciler, Undecodable
 from app.controllers.dlq.reconcilers import decode_entity
+from app.controllers.pipeline import build_reconcilers
 from app.domain.errors import AdminDisabled, NotFound, Unauthorized, ValidationError
 from app.domain.messages import LOG
 from app.gateway import audit as audit_log

@@ -50,7 +50,7 @@ class BatchController(StageController):
             req.queue, req.id, "batching", now=batch.created_at_ms, version=req.version,
             metadata={"batch_id": batch.id}, occurrence=batch.id)])
         await self.deps.publish(DEPENDENCY_ANALYSIS, EntityMsg(id=batch.id, queue=req.queue),
-                                partition_key=req.queue, message_id=batch.id)
+                                message_id=batch.id)
 
     async def _create(self, req: LandRequest) -> Batch:
         """The batch of ``req``'s batching intent: the claimed one, or a new one."""

@@ -88,4 +88,4 @@ class BuildController(StageController):
 
     async def _signal(self, queue: str, build_id: str) -> None:
         await self.deps.publish(BUILDSIGNAL, EntityMsg(id=build_id, queue=queue),
-                                partition_key=build_id, message_id=build_id)
+                                message_id=build_id)

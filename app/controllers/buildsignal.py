@@ -91,5 +91,5 @@ class BuildSignalController(StageController):
 
     async def _wake(self, batch: Batch, build_id: str, status: BuildStatus) -> None:
         await self.deps.publish(
-            SPECULATE, EntityMsg(id=batch.id, queue=batch.queue), partition_key=batch.queue,
+            SPECULATE, EntityMsg(id=batch.id, queue=batch.queue),
             message_id=f"{batch.id}/build-signal/{build_id}/{status.value}")

@@ -59,7 +59,6 @@ class CancelController(StageController):
                                BatchState.CANCELLING):
                 # Persist, then wake speculation (replayed with the same id).
                 await self.deps.publish(SPECULATE, EntityMsg(id=batch.id, queue=batch.queue),
-                                        partition_key=batch.queue,
                                         message_id=f"{batch.id}/cancel")
             owned = owned or batch.state is not BatchState.CREATING
         if not owned:

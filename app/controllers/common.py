@@ -19,7 +19,7 @@ from app.domain.errors import NotFound
 from app.domain.messages import LOG, LogMsg, log_id
 from app.domain.states import LogType, PublicStatus, RequestState
 from app.extensions.base import QueueExtensions
-from app.queue import Broker, Outgoing
+from app.queue import Broker, Outgoing, PublishResult
 
 T = TypeVar("T")
 Timed = Literal["speculation", "merge"]
@@ -106,16 +106,17 @@ class Deps:
         finally:
             self.metrics.timed(what, queue, time.perf_counter() - started, ok)
 
-    async def publish(self, topic: str, msg: BaseModel, *, partition_key: str,
-                      message_id: str) -> None:
-        await self.broker.publish(topic, msg.model_dump(mode="json"),
-                                  partition_key=partition_key, message_id=message_id)
+    async def publish(self, topic: str, msg: BaseModel, *, message_id: str) -> PublishResult:
+        """Publish ``msg`` on ``topic``, partitioned as the stage registry says
+        (``app/controllers/stages.py``): no publisher chooses a partition key."""
+        return await self.broker.publish(topic, msg.model_dump(mode="json"),
+                                         partition_key=_key(topic, msg), message_id=message_id)
 
     async def publish_logs(self, entries: Sequence[RequestLog]) -> None:
         if entries:
+            logs = [LogMsg.of(e) for e in entries]
             await self.broker.publish_many([
-                Outgoing(LOG, LogMsg.of(e).model_dump(mode="json"), e.request_id, e.log_id)
-                for e in entries
+                Outgoing(LOG, x.model_dump(mode="json"), _key(LOG, x), x.log_id) for x in logs
             ])
 
 
@@ -215,3 +216,11 @@ async def load_request(deps: Deps, queue: str, sqid: str) -> LandRequest | None:
             return await request_repo.get(s, queue=queue, id=sqid)
     except NotFound:
         return None
+
+
+def _key(topic: str, msg: BaseModel) -> str:
+    # The registry imports every controller, and every controller imports this module:
+    # it is looked up when a message is published, not when this module loads.
+    from app.controllers.stages import partition_key
+
+    return partition_key(topic, msg)

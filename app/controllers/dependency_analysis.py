@@ -58,7 +58,7 @@ class DependencyAnalysisController(StageController):
             return
         await self._log_batched(batch, at_ms=batch.updated_at_ms)
         await self.deps.publish(SPECULATE, EntityMsg(id=batch.id, queue=batch.queue),
-                                partition_key=batch.queue, message_id=batch.id)
+                                message_id=batch.id)
 
     async def _enrol(self, batch: Batch) -> Batch | None:
         q = batch.queue

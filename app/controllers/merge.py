@@ -40,7 +40,7 @@ class MergeController(StageController):
             await self.deps.publish(MERGESIGNAL, ResultMsg(
                 id=batch.id, queue=batch.queue, outcome="failed",
                 reason=f"refused to land: {', '.join(ended)}; a batch lands only while "
-                       "every member is live"), partition_key=batch.queue, message_id=batch.id)
+                       "every member is live"), message_id=batch.id)
             return
         now = self.deps.now()
         await self.deps.publish_logs([
@@ -57,4 +57,4 @@ class MergeController(StageController):
             outputs=list(outcome.outputs), conflicting_paths=list(outcome.conflicting_paths),
             commits={m: list(outcome.commits.get(m, ())) for m in batch.contains
                      if outcome.succeeded},
-        ), partition_key=batch.queue, message_id=batch.id)
+        ), message_id=batch.id)

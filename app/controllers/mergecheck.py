@@ -34,5 +34,4 @@ class MergeCheckController(StageController):
             reason=outcome.reason, outputs=list(outcome.outputs),
             conflicting_paths=list(outcome.conflicting_paths),
         )
-        await self.deps.publish(MERGECONFLICTSIGNAL, result, partition_key=req.id,
-                                message_id=req.id)
+        await self.deps.publish(MERGECONFLICTSIGNAL, result, message_id=req.id)

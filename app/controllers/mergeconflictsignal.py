@@ -54,4 +54,4 @@ class MergeConflictSignalController(StageController):
         await self.deps.publish_logs([
             status_log(req.queue, req.id, "validated", now=self.deps.now(), version=req.version)])
         await self.deps.publish(BATCH, EntityMsg(id=req.id, queue=req.queue),
-                                partition_key=req.queue, message_id=req.id)
+                                message_id=req.id)

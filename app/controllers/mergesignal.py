@@ -43,6 +43,6 @@ class MergeSignalController(StageController):
         await self.deps.publish(
             CONCLUDE, ConcludeMsg(id=batch.id, queue=batch.queue,
                                   failure_reason=batch.failure_reason),
-            partition_key=batch.queue, message_id=f"{batch.id}/conclude/merged")
+            message_id=f"{batch.id}/conclude/merged")
         await self.deps.publish(SPECULATE, EntityMsg(id=batch.id, queue=batch.queue),
-                                partition_key=batch.queue, message_id=f"{batch.id}/merged")
+                                message_id=f"{batch.id}/merged")

@@ -52,9 +52,8 @@ class SpeculateResync:
                     oldest[queue] = active[0].id
         stored = 0
         for queue, batch_id in oldest.items():
-            result = await self.deps.broker.publish(
-                SPECULATE, EntityMsg(id=batch_id, queue=queue).model_dump(mode="json"),
-                partition_key=queue, message_id=self.message_id(queue, now))
+            result = await self.deps.publish(SPECULATE, EntityMsg(id=batch_id, queue=queue),
+                                             message_id=self.message_id(queue, now))
             stored += result.created
         self.published += stored
         self.duplicates += len(oldest) - stored

@@ -244,7 +244,6 @@ class SpeculateController:
             await self._save_sets(snap, [batch.id])
             return
         await self.deps.publish(SPECULATE, EntityMsg(id=batch.id, queue=batch.queue),
-                                partition_key=batch.queue,
                                 message_id=unique_id(f"{batch.id}/recover"))
         new = replace(batch, state=BatchState.CANCELLED, failure_reason="cancelled by request",
                       version=batch.version + 1)
@@ -273,7 +272,6 @@ class SpeculateController:
             changed[bid] = replace(base, dependencies=deps)
         for d in result.decisions:  # a wake-up in case we stop between write and dispatch
             await self.deps.publish(SPECULATE, EntityMsg(id=d.head, queue=snap.queue),
-                                    partition_key=snap.queue,
                                     message_id=unique_id(f"{d.head}/recover"))
         now = self.deps.now()
         dirty = snap.dirty(snap.entries)
@@ -341,7 +339,7 @@ class SpeculateController:
                     await self.deps.publish(
                         BUILD, BuildMsg(id=head.id, queue=head.queue, path_id=e.id,
                                         attempt=e.attempt),
-                        partition_key=head.id, message_id=f"{head.id}/build/{e.id}/{e.attempt}")
+                        message_id=f"{head.id}/build/{e.id}/{e.attempt}")
 
     async def _announce_passed(self, snap: Snapshot) -> None:
         """``waiting`` for a passed path whose dependencies have not settled;
@@ -369,10 +367,10 @@ class SpeculateController:
             status_log(batch.queue, m, "speculated", now=now, occurrence=batch.id,
                        metadata=md) for m in batch.contains])
         await self.deps.publish(MERGE, EntityMsg(id=batch.id, queue=batch.queue),
-                                partition_key=batch.queue, message_id=f"{batch.id}/merge-dispatch")
+                                message_id=f"{batch.id}/merge-dispatch")
 
     async def _conclude(self, batch: Batch, *, message_id: str) -> None:
         await self.deps.publish(
             CONCLUDE, ConcludeMsg(id=batch.id, queue=batch.queue,
                                   failure_reason=batch.failure_reason),
-            partition_key=batch.queue, message_id=message_id)
+            message_id=message_id)

@@ -44,4 +44,4 @@ class StartController(StageController):
         await self.deps.publish_logs(
             [accepted, status_log(msg.queue, msg.id, "started", now=self.deps.now(), version=1)])
         await self.deps.publish(VALIDATE, EntityMsg(id=msg.id, queue=msg.queue),
-                                partition_key=msg.queue, message_id=msg.id)
+                                message_id=msg.id)

@@ -57,7 +57,7 @@ class ValidateController(StageController):
             await change_repo.claim(s, queue=req.queue, request_id=req.id, details=details,
                                     now_ms=self.deps.now())
         await self.deps.publish(MERGECHECK, EntityMsg(id=req.id, queue=req.queue),
-                                partition_key=req.id, message_id=req.id)
+                                message_id=req.id)
 
     async def _duplicate_of(self, queue: str, sqid: str, uris: tuple[str, ...]) -> str | None:
         async with self.deps.db.read() as s:

@@ -1,4 +1,6 @@
-"""The contract between stages: topic names, partition keys and payloads.
+"""The contract between stages: topic names and payloads (each topic's payload type,
+partition key, consumer and reconciler are declared once, in the stage registry
+``app/controllers/stages.py``).
 
 Within the orchestrator a message carries an id and the consumer reloads the
 entity; across the gateway boundary (``start``, ``cancel``, ``log``) it carries the
@@ -29,11 +31,6 @@ MERGE = "merge"
 MERGESIGNAL = "mergesignal"
 CONCLUDE = "conclude"
 LOG = "log"
-
-ORCHESTRATOR_TOPICS = (
-    START, CANCEL, VALIDATE, MERGECHECK, MERGECONFLICTSIGNAL, BATCH, DEPENDENCY_ANALYSIS,
-    SPECULATE, BUILD, BUILDSIGNAL, MERGE, MERGESIGNAL, CONCLUDE,
-)
 
 ORCHESTRATOR_GROUP = "orchestrator"
 GATEWAY_LOG_GROUP = "gateway-log"

@@ -32,6 +32,7 @@ import logging
 from dataclasses import dataclass
 from typing import Protocol
 
+from app.controllers.stages import partition_key
 from app.db.engine import Database
 from app.db.repos import claims, counters
 from app.db.repos import request_log as repo
@@ -158,7 +159,8 @@ async def hand_off(runtime: LandRuntime, msg: LandRequestMsg) -> None:
     (a failure there is only logged: ``start`` records ``accepted`` too)."""
     try:
         await runtime.broker.publish(START, msg.model_dump(mode="json"),
-                                     partition_key=msg.queue, message_id=msg.id)
+                                     partition_key=partition_key(START, msg),
+                                     message_id=msg.id)
     except Exception as exc:
         log.warning("publish failed", exc_info=exc,
                     extra={"topic": START, "message_id": msg.id})

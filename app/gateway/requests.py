@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
 
+from pydantic import BaseModel
+
+from app.controllers.stages import partition_key
 from app.db.engine import Database
 from app.db.repos import request_log as repo
 from app.domain.entities import RequestLog, RequestSummary
@@ -66,16 +68,17 @@ async def cancel(runtime: LandRuntime, *, queue: str, sqid: str, reason: str) ->
         metadata={"reason": reason}, log_id=log_id(sqid, cancelling),
     ))
     msg = CancelRequestMsg(id=sqid, queue=queue, reason=reason)
-    await publish(runtime, CANCEL, msg.model_dump(mode="json"), partition_key=sqid,
-                  message_id=f"{sqid}/cancel")
+    await publish(runtime, CANCEL, msg, message_id=f"{sqid}/cancel")
     return cancelling
 
 
-async def publish(runtime: LandRuntime, topic: str, payload: dict[str, Any], *,
-                  partition_key: str, message_id: str) -> None:
-    """Publish, or ``ServiceUnavailable`` (503: the client tries again)."""
+async def publish(runtime: LandRuntime, topic: str, msg: BaseModel, *,
+                  message_id: str) -> None:
+    """Publish (partitioned as the stage registry says), or ``ServiceUnavailable`` (503:
+    the client tries again)."""
     try:
-        await runtime.broker.publish(topic, payload, partition_key=partition_key,
+        await runtime.broker.publish(topic, msg.model_dump(mode="json"),
+                                     partition_key=partition_key(topic, msg),
                                      message_id=message_id)
     except Exception as exc:
         log.warning("publish failed", exc_info=exc,

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from app.controllers.dlq import Undecodable, build_reconcilers
+from app.controllers.dlq import Undecodable
+from app.controllers.pipeline import build_reconcilers
 from app.domain import messages as m
 from app.queue import StoredMessage
 from tests.conftest import BACKENDS

@@ -13,7 +13,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from app.controllers.dlq import Outcome, build_reconcilers
+from app.controllers.dlq import Outcome
+from app.controllers.pipeline import build_reconcilers
+from app.controllers.stages import topics
 from app.db import tables
 from app.db.repos import batches as batch_repo
 from app.db.repos import requests as request_repo
@@ -76,7 +78,7 @@ async def builds_of(server: Server, batch_id: str) -> list[str]:
 async def settled(server: Server) -> bool:
     """No message of any topic (primaries, DLQs, log) is waiting or in flight."""
     broker = server.runtime.broker
-    for topic in (*m.ORCHESTRATOR_TOPICS, m.LOG):
+    for topic in topics():
         for t in (topic, topic + DLQ_SUFFIX):
             if await broker.list_messages(t, limit=1):
                 return False

@@ -64,7 +64,6 @@ it; ``requeue`` sends it back to a topic that will dead-letter it again).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -87,10 +86,6 @@ from app.queue import DLQ_SUFFIX, Delivery, StoredMessage
 
 log = logging.getLogger("submitqueue.controllers")
 
-REQUEST_TOPICS = (m.START, m.CANCEL, m.VALIDATE, m.MERGECHECK, m.MERGECONFLICTSIGNAL, m.BATCH)
-BATCH_TOPICS = (m.DEPENDENCY_ANALYSIS, m.SPECULATE, m.BUILD, m.MERGE, m.CONCLUDE,
-                m.MERGESIGNAL)
-BUILD_TOPICS = (m.BUILDSIGNAL,)
 ACTIVE = (BatchState.CREATED, BatchState.SPECULATING, BatchState.MERGING, BatchState.CANCELLING)
 
 
@@ -196,7 +191,7 @@ class BatchReconciler(Reconciler):
             if active:
                 await self.deps.publish(
                     m.SPECULATE, EntityMsg(id=active[0].id, queue=ent.queue),
-                    partition_key=ent.queue, message_id=unique_id(f"{active[0].id}/dlq"))
+                    message_id=unique_id(f"{active[0].id}/dlq"))
         first = outcomes[0]
         return Outcome(first.action if len(outcomes) == 1 else "failed" if changed else "left",
                        ",".join(o.entity for o in outcomes),
@@ -369,10 +364,9 @@ async def fail_merge(deps: Deps, *, queue: str, batch_id: str, msg: StoredMessag
         return Outcome("not_found", batch_id, "batch does not exist")
     if batch.state is not BatchState.MERGING:
         return await fail_batch(deps, queue=queue, batch_id=batch_id, msg=msg)
-    result = await deps.broker.publish(
+    result = await deps.publish(
         m.MERGESIGNAL, m.ResultMsg(id=batch.id, queue=queue, outcome="failed",
-                                   reason=failure_text(msg)).model_dump(mode="json"),
-        partition_key=queue, message_id=batch.id)
+                                   reason=failure_text(msg)), message_id=batch.id)
     if not result.created:
         return Outcome("left", batch_id, "the merge already reported its outcome")
     return Outcome("failed", batch_id, "a failed merge result was handed to mergesignal", True)
@@ -380,7 +374,7 @@ async def fail_merge(deps: Deps, *, queue: str, batch_id: str, msg: StoredMessag
 
 async def _wake(deps: Deps, batch: Batch) -> None:
     await deps.publish(m.SPECULATE, EntityMsg(id=batch.id, queue=batch.queue),
-                       partition_key=batch.queue, message_id=f"{batch.id}/dlq")
+                       message_id=f"{batch.id}/dlq")
 
 
 async def _fan_out(deps: Deps, batch: Batch, target: RequestState) -> None:
@@ -396,21 +390,3 @@ async def _fan_out(deps: Deps, batch: Batch, target: RequestState) -> None:
         except NotFound:
             log.warning("member of a dead-lettered batch is missing",
                         extra={"batch_id": batch.id, "sqid": sqid})
-
-
-ReconcilerFactory = Callable[[Deps, str], Reconciler]
-
-
-def build_reconcilers(deps: Deps) -> dict[str, Reconciler]:
-    """Every DLQ topic's reconciler, keyed by the DLQ topic name."""
-    out: dict[str, Reconciler] = {}
-    kinds: tuple[tuple[tuple[str, ...], ReconcilerFactory], ...] = (
-        (REQUEST_TOPICS, RequestReconciler), (BATCH_TOPICS, BatchReconciler),
-        (BUILD_TOPICS, BuildReconciler))
-    for topics, factory in kinds:
-        for topic in topics:
-            r = factory(deps, topic)
-            out[r.dlq_topic] = r
-    log_r = LogReconciler(deps.db)
-    out[log_r.dlq_topic] = log_r
-    return out

@@ -16,8 +16,9 @@ from unittest import mock
 import pytest
 
 from app.controllers.common import Deps
-from app.controllers.dlq import Undecodable, build_reconcilers, reconcilers
+from app.controllers.dlq import Undecodable, reconcilers
 from app.controllers.dlq.reconcilers import Unattributed
+from app.controllers.pipeline import build_reconcilers
 from app.db.repos import requests as request_repo
 from app.domain.entities import LandRequest
 from app.domain.errors import VersionMismatch
