@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import socket
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -16,15 +15,10 @@ import uvicorn
 
 from app.main import Runtime, create_app
 from app.settings import Settings
+from tests.support.procs import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 TERMINAL = {"landed", "error", "cancelled"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def change(branch: str, *, files: str, fake: str = "", build_ms: int | None = None,

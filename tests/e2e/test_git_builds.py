@@ -9,13 +9,11 @@ recording its pid) by files in the tree, then runs ``sq_test.main()``.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +25,9 @@ from app.extensions.factory import prepare_repository
 from tests.conftest import BACKENDS
 from tests.e2e.harness import TERMINAL, Server, free_port, serve
 from tests.gitfixtures import SANDBOX_KEY, GitSandbox, write_queues
+from tests.support.polls import wait_for
+from tests.support.procs import alive
+from tests.support.procs import await_healthy as wait_healthy
 
 pytestmark = [
     pytest.mark.parametrize("database_url", BACKENDS, indirect=True),
@@ -172,36 +173,6 @@ def start_server(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
         return subprocess.Popen([sys.executable, "-m", "app.cli", "serve"], cwd=ROOT,
                                 env=env, stdout=out, stderr=subprocess.STDOUT)
-
-
-async def wait_healthy(base: str, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    async with httpx.AsyncClient(base_url=base, timeout=2) as client:
-        while time.monotonic() < deadline:
-            assert proc.poll() is None, f"server exited early with {proc.returncode}"
-            try:
-                if (await client.get("/healthz")).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            await asyncio.sleep(0.1)
-    raise AssertionError("server did not become healthy")
-
-
-async def wait_for(predicate: Any, what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.1)
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
 
 
 async def test_killing_the_server_mid_build_and_restarting_still_lands_once(

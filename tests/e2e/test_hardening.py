@@ -24,8 +24,8 @@ from app.db import migrate
 from app.main import Runtime, create_app, migration_state
 from app.settings import Settings
 from tests.e2e.harness import ROOT, free_port, serve
-from tests.e2e.test_serve import wait_healthy
-from tests.unit.test_logs import captured_logs
+from tests.support.logs import captured_logs
+from tests.support.procs import wait_healthy
 
 LEAKY = "cannot reach postgresql://sq:pg-pass-5@db.internal/sq (File \"/srv/app/x.py\")"
 

@@ -11,9 +11,7 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -31,6 +29,7 @@ from app.queue import Broker, StoredMessage
 from app.speculation.planner import Plan, PlanInput
 from tests.conftest import BACKENDS
 from tests.e2e.harness import Server, change, serve
+from tests.support.races import until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -44,13 +43,6 @@ queues:
     scorer: {type: constant, probability: 0.9}
     build_budget: 2
 """
-
-
-async def until(what: str, check: Callable[[], Awaitable[bool]], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        assert time.monotonic() < deadline, f"{what}: not reached in {timeout}s"
-        await asyncio.sleep(0.05)
 
 
 def controller(server: Server, topic: str) -> Any:

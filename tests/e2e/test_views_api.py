@@ -22,7 +22,7 @@ from app.views.data import TimingCache
 from app.views.events import EventHub
 from tests.conftest import BACKENDS
 from tests.e2e.harness import ROOT, Server, change, free_port, serve
-from tests.e2e.test_serve import wait_healthy
+from tests.support.procs import wait_healthy
 
 pytestmark = [pytest.mark.timeout(90)]
 both = pytest.mark.parametrize("database_url", BACKENDS, indirect=True)

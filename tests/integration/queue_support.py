@@ -57,16 +57,6 @@ class Recorder:
         return [m for _, m, _ in self.seen]
 
 
-class FakeClock:
-    """Epoch milliseconds that move only when a test advances them (``clock.now += ms``)."""
-
-    def __init__(self, now: int = 1_800_000_000_000) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
-
-
 async def eventually(
     predicate: Callable[[], bool | Awaitable[bool]], *, timeout: float = 10.0,
     interval: float = 0.02, what: str = "condition",

@@ -19,7 +19,7 @@ from app.db.tables import request_summaries as sum_t
 from app.domain.errors import ValidationError
 from app.domain.messages import CANCEL
 from tests.conftest import BACKENDS
-from tests.integration.test_gateway_api import SHA, URI_A, URI_B, Env, error, land, make_env
+from tests.support.gateway import SHA, URI_A, URI_B, Env, error, land, make_env
 
 pytestmark = pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
 

@@ -35,6 +35,7 @@ from app.extensions.factory import (
 from app.speculation.scoring import build_scorer
 from tests.gitfixtures import GitSandbox, change_uri
 from tests.support.builds import BeatingRunner, build_request
+from tests.support.procs import alive
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -144,15 +145,6 @@ async def wait_for_file(path: Path, timeout: float = 20) -> None:
     while not path.exists():
         assert time.monotonic() < deadline, f"{path} never appeared"
         await asyncio.sleep(0.05)
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
 
 
 async def wait_dead(pid: int, timeout: float = 10) -> None:

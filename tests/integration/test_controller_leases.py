@@ -34,7 +34,8 @@ from app.extensions.base import (
 )
 from app.queue import Broker, ClaimedDelivery, Delivery, LeaseLost
 from tests.conftest import BACKENDS
-from tests.integration.queue_support import FakeClock, started_broker
+from tests.integration.queue_support import started_broker
+from tests.support.clocks import FakeClock
 
 pytestmark = pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
 

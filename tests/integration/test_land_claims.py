@@ -28,7 +28,7 @@ from app.domain.entities import RequestLog
 from app.domain.messages import CANCEL, LOG, START, log_id
 from app.domain.states import LogType
 from tests.conftest import BACKENDS
-from tests.integration.test_gateway_api import (
+from tests.support.gateway import (
     SHA,
     T0,
     URI_A,

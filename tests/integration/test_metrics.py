@@ -27,7 +27,7 @@ from app.queue import (
 )
 from tests.conftest import BACKENDS
 from tests.integration.queue_support import eventually, started_broker
-from tests.unit.test_logs import captured_logs
+from tests.support.logs import captured_logs
 
 
 def samples(metrics: Metrics) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:

@@ -22,12 +22,12 @@ from app.queue import (
 )
 from tests.conftest import BACKENDS
 from tests.integration.queue_support import (
-    FakeClock,
     Recorder,
     eventually,
     running,
     started_broker,
 )
+from tests.support.clocks import FakeClock
 
 pytestmark = pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
 

@@ -49,7 +49,8 @@ from app.extensions.factory import build_extensions
 from app.queue import Broker
 from app.speculation.scoring import build_scorer
 from tests.conftest import BACKENDS, PG_SKIP_REASON, PG_URL
-from tests.integration.queue_support import FakeClock, started_broker
+from tests.integration.queue_support import started_broker
+from tests.support.clocks import FakeClock
 from tests.support.interleave import hook
 
 pytestmark = pytest.mark.timeout(60)

@@ -38,6 +38,7 @@ from app.speculation.scoring import build_scorer
 from tests.ci_standin import CI, SECRET, running_ci, signed, webhook_queues
 from tests.conftest import BACKENDS
 from tests.e2e.harness import change, free_port, serve
+from tests.support.polls import wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -51,13 +52,6 @@ REQ = BuildRequest(queue="ciq", batch_id="ciq/batch/1", path_id="p1", attempt=2,
 async def ci() -> AsyncIterator[CI]:
     async with running_ci() as service:
         yield service
-
-
-async def wait_for(condition: Any, what: str, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout}s"
-        await asyncio.sleep(0.02)
 
 
 @pytest.fixture

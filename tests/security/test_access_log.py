@@ -17,7 +17,7 @@ from app.main import create_app
 from app.settings import Settings
 from tests.conftest import BACKENDS
 from tests.e2e.harness import free_port
-from tests.unit.test_logs import captured_logs
+from tests.support.logs import captured_logs
 
 pytestmark = [
     pytest.mark.parametrize("database_url", BACKENDS, indirect=True),

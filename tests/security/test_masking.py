@@ -13,7 +13,7 @@ import uvicorn
 from app.domain.redaction import REDACTED, SecretMask
 from app.logs import redact_text
 from app.settings import Settings
-from tests.unit.test_logs import captured_logs
+from tests.support.logs import captured_logs
 
 
 def test_the_settings_name_the_admin_token_and_the_database_passwords() -> None:

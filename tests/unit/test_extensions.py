@@ -37,6 +37,7 @@ from app.extensions.factory import (
 from app.extensions.merger.fake import FakeMerger, NoopMerger
 from app.queue import classify
 from app.speculation.scoring import ConstantScorer, build_scorer
+from tests.support.clocks import FakeClock
 
 ROOT = Path(__file__).resolve().parents[2]
 SHA1 = "1" * 40
@@ -189,14 +190,6 @@ def test_pathoverlap_rejects_unknown_mode() -> None:
 # --- build runner ------------------------------------------------------------------
 
 
-class Clock:
-    def __init__(self, now: int = 1_000_000) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
-
-
 def req(head: list[str], base: list[str] | None = None, attempt: int = 1) -> BuildRequest:
     return BuildRequest(
         queue="demo",
@@ -209,7 +202,7 @@ def req(head: list[str], base: list[str] | None = None, attempt: int = 1) -> Bui
 
 
 async def test_build_succeeds_after_delay() -> None:
-    clock = Clock()
+    clock = FakeClock(1_000_000)
     runner = FakeBuildRunner(delay_ms=500, clock=clock)
     bid = await runner.trigger(req([gh()]))
     assert re.fullmatch(r"fake-[0-9a-f]{12}-1000500-succeeded", bid)
@@ -223,19 +216,19 @@ async def test_build_succeeds_after_delay() -> None:
 
 
 async def test_zero_delay_build_is_done_at_once() -> None:
-    runner = FakeBuildRunner(clock=Clock())
+    runner = FakeBuildRunner(clock=FakeClock(1_000_000))
     bid = await runner.trigger(req([gh()]))
     assert (await runner.status(bid)).status is BuildStatus.SUCCEEDED
 
 
 async def test_build_ids_are_unique_per_trigger() -> None:
-    runner = FakeBuildRunner(clock=Clock())
+    runner = FakeBuildRunner(clock=FakeClock(1_000_000))
     r = req([gh()])
     assert len({await runner.trigger(r) for _ in range(20)}) == 20
 
 
 async def test_build_ms_marker_overrides_delay_max_over_heads_only() -> None:
-    clock = Clock()
+    clock = FakeClock(1_000_000)
     runner = FakeBuildRunner(delay_ms=5, clock=clock)
     bid = await runner.trigger(
         req(
@@ -251,7 +244,7 @@ async def test_build_ms_marker_overrides_delay_max_over_heads_only() -> None:
 
 
 async def test_build_fail_on_a_base_change_fails_the_build() -> None:
-    runner = FakeBuildRunner(clock=Clock())
+    runner = FakeBuildRunner(clock=FakeClock(1_000_000))
     bid = await runner.trigger(req([gh(SHA1)], base=[gh(SHA2, "sq-fake=build-fail", n=2)]))
     report = await runner.status(bid)
     assert report.status is BuildStatus.FAILED
@@ -259,7 +252,7 @@ async def test_build_fail_on_a_base_change_fails_the_build() -> None:
 
 
 async def test_build_fail_on_head_fails_after_delay() -> None:
-    clock = Clock()
+    clock = FakeClock(1_000_000)
     runner = FakeBuildRunner(delay_ms=10, clock=clock)
     bid = await runner.trigger(req([gh(SHA1, "sq-fake=build-fail")]))
     assert (await runner.status(bid)).status is BuildStatus.RUNNING
@@ -268,7 +261,7 @@ async def test_build_fail_on_head_fails_after_delay() -> None:
 
 
 async def test_build_error_makes_status_raise_a_retryable_error() -> None:
-    runner = FakeBuildRunner(clock=Clock())
+    runner = FakeBuildRunner(clock=FakeClock(1_000_000))
     bid = await runner.trigger(req([gh(SHA1, "sq-fake=build-fail,build-error")]))
     with pytest.raises(ConnectionError) as info:
         await runner.status(bid)
@@ -276,14 +269,14 @@ async def test_build_error_makes_status_raise_a_retryable_error() -> None:
 
 
 async def test_trigger_error_raises_on_trigger() -> None:
-    runner = FakeBuildRunner(clock=Clock())
+    runner = FakeBuildRunner(clock=FakeClock(1_000_000))
     with pytest.raises(ConnectionError, match="refused the trigger") as info:
         await runner.trigger(req([gh(SHA1)], base=[gh(SHA2, "sq-fake=trigger-error", n=2)]))
     assert classify(info.value) is True
 
 
 async def test_cancel_before_finish_reports_cancelled() -> None:
-    clock = Clock()
+    clock = FakeClock(1_000_000)
     runner = FakeBuildRunner(delay_ms=100, clock=clock)
     bid = await runner.trigger(req([gh()]))
     other = await runner.trigger(req([gh()]))
@@ -297,7 +290,7 @@ async def test_cancel_before_finish_reports_cancelled() -> None:
 
 
 async def test_cancel_after_finish_keeps_the_outcome() -> None:
-    clock = Clock()
+    clock = FakeClock(1_000_000)
     runner = FakeBuildRunner(delay_ms=100, clock=clock)
     bid = await runner.trigger(req([gh(SHA1, "sq-fake=build-fail")]))
     clock.now += 100
@@ -306,7 +299,7 @@ async def test_cancel_after_finish_keeps_the_outcome() -> None:
 
 
 async def test_runner_is_stateless_across_restarts() -> None:
-    clock = Clock()
+    clock = FakeClock(1_000_000)
     first = FakeBuildRunner(delay_ms=100, clock=clock)
     ok = await first.trigger(req([gh(SHA1)]))
     bad = await first.trigger(req([gh(SHA2, "sq-fake=build-fail", n=2)]))
@@ -324,7 +317,7 @@ async def test_runner_is_stateless_across_restarts() -> None:
      "fake-0123456789AB-12-succeeded", "fake-0123456789ab--succeeded"],
 )
 async def test_garbage_build_ids_are_rejected(bid: str) -> None:
-    runner = FakeBuildRunner(clock=Clock())
+    runner = FakeBuildRunner(clock=FakeClock(1_000_000))
     with pytest.raises(UnknownBuild, match="unknown build id") as info:
         await runner.status(bid)
     assert isinstance(info.value, ValueError)
@@ -614,7 +607,7 @@ def test_config_errors_name_the_problem(text: str, needles: list[str]) -> None:
 
 
 async def test_cancelled_build_error_reports_cancelled_not_an_error() -> None:
-    clock = Clock()
+    clock = FakeClock(1_000_000)
     runner = FakeBuildRunner(delay_ms=100, clock=clock)
     bid = await runner.trigger(req([gh(SHA1, "sq-fake=build-error")]))
     await runner.cancel(bid)

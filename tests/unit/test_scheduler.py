@@ -9,13 +9,7 @@ import time
 import pytest
 
 from app.scheduler import Scheduler
-
-
-async def until(predicate: object, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.01)
+from tests.support.polls import wait_for
 
 
 async def test_a_job_runs_every_interval_and_a_failure_does_not_stop_it() -> None:
@@ -33,7 +27,7 @@ async def test_a_job_runs_every_interval_and_a_failure_does_not_stop_it() -> Non
     await scheduler.start()
     try:
         assert scheduler.running
-        await until(lambda: len(calls) >= 4)
+        await wait_for(lambda: len(calls) >= 4, "len(calls) >= 4")
     finally:
         await scheduler.stop()
     assert scheduler.failures["tick"] == 1 and scheduler.runs["tick"] >= 3
@@ -77,7 +71,7 @@ async def test_stop_cancels_a_run_that_outlives_the_grace() -> None:
     scheduler = Scheduler(shutdown_grace_ms=50)
     scheduler.every("stuck", 20, stuck)
     await scheduler.start()
-    await until(lambda: bool(scheduler._in_progress))
+    await wait_for(lambda: bool(scheduler._in_progress), "bool(scheduler._in_progress)")
     await asyncio.wait_for(scheduler.stop(), 5)
     assert cancelled == [True]
 
