@@ -25,7 +25,7 @@ from app.db.repos import batches as batch_repo
 from app.domain import messages as m
 from app.domain.entities import PathEntry, SpeculationPath
 from app.domain.states import Assumption, BatchState, PathStatus
-from app.queue import Broker, StoredMessage
+from app.queue import Broker, PublishResult, StoredMessage
 from app.speculation.planner import Plan, PlanInput
 from tests.conftest import BACKENDS
 from tests.e2e.harness import Server, change, serve
@@ -178,12 +178,12 @@ class LosesWakeUps(Deps):
 
     lost: list[str] = field(default_factory=list)
 
-    async def publish(self, topic: str, msg: BaseModel, *, partition_key: str,
-                      message_id: str) -> None:
+    async def publish(self, topic: str, msg: BaseModel, *,
+                      message_id: str) -> PublishResult:
         if topic == m.SPECULATE:
             self.lost.append(message_id)
-            return
-        await super().publish(topic, msg, partition_key=partition_key, message_id=message_id)
+            return PublishResult(seq=None, created=False)
+        return await super().publish(topic, msg, message_id=message_id)
 
 
 @pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
