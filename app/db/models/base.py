@@ -32,7 +32,7 @@ STATE = 30  # a state / status name
 BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
 
-def key(length: int) -> Any:
+def pk(length: int) -> Any:
     """A ``VARCHAR(length)`` part of the primary key."""
     return Field(primary_key=True, sa_type=sa.String(length))
 

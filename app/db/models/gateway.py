@@ -15,7 +15,7 @@ JSON columns are stored as text (``*_json``) so both dialects read them alike.
 from __future__ import annotations
 
 import sqlalchemy as sa
-from sqlmodel import Field, SQLModel
+from sqlmodel import SQLModel
 
 from app.db.models.base import (
     ID,
@@ -23,8 +23,8 @@ from app.db.models.base import (
     URI,
     Q,
     integer,
-    key,
     millis,
+    pk,
     serial_id,
     string,
     text,
@@ -41,8 +41,8 @@ class RequestSummaryRow(SQLModel, table=True):
                  "queue", "status", "received_at_ms", "request_id"),
     )
 
-    queue: str = key(Q)
-    request_id: str = key(ID)
+    queue: str = pk(Q)
+    request_id: str = pk(ID)
     change_uris_json: str = text()
     received_at_ms: int = millis()
     status: str = string(STATE)
@@ -82,9 +82,9 @@ class ChangeUriRequestRow(SQLModel, table=True):
 
     __tablename__ = "change_uri_requests"
 
-    queue: str = key(Q)
-    change_uri: str = key(URI)
-    request_id: str = key(ID)
+    queue: str = pk(Q)
+    change_uri: str = pk(URI)
+    request_id: str = pk(ID)
     received_at_ms: int = millis()
 
 
@@ -101,8 +101,8 @@ class ChangeClaimRow(SQLModel, table=True):
         sa.Index("ix_change_claims_owner", "queue", "request_id"),
     )
 
-    queue: str = key(Q)
-    change_key: str = key(URI)
+    queue: str = pk(Q)
+    change_key: str = pk(URI)
     request_id: str = string(ID)
     change_uri: str = string(URI)
     state: str = string(10)
@@ -117,8 +117,8 @@ class IdempotencyKeyRow(SQLModel, table=True):
 
     __tablename__ = "idempotency_keys"
 
-    queue: str = key(Q)
-    key: str = Field(primary_key=True, sa_type=sa.String(255))
+    queue: str = pk(Q)
+    key: str = pk(255)
     request_id: str = string(ID)
     body_sha256: str = string(64)
     created_at_ms: int = millis()

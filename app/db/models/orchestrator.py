@@ -16,7 +16,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlmodel import Field, SQLModel
 
-from app.db.models.base import ID, PATH_ID, STATE, URI, Q, integer, key, millis, string, text
+from app.db.models.base import ID, PATH_ID, STATE, URI, Q, integer, millis, pk, string, text
 
 
 class CounterRow(SQLModel, table=True):
@@ -24,8 +24,8 @@ class CounterRow(SQLModel, table=True):
 
     __tablename__ = "counters"
 
-    queue: str = key(Q)
-    domain: str = key(50)
+    queue: str = pk(Q)
+    domain: str = pk(50)
     value: int = Field(sa_type=sa.BigInteger)
 
 
@@ -34,8 +34,8 @@ class RequestRow(SQLModel, table=True):
 
     __tablename__ = "requests"
 
-    queue: str = key(Q)
-    id: str = key(ID)
+    queue: str = pk(Q)
+    id: str = pk(ID)
     change_uris_json: str = text()
     strategy: str = string(STATE)
     state: str = string(STATE)
@@ -53,9 +53,9 @@ class ChangeRow(SQLModel, table=True):
         sa.Index("ix_changes_request", "queue", "request_id"),
     )
 
-    queue: str = key(Q)
-    uri: str = key(URI)
-    request_id: str = key(ID)
+    queue: str = pk(Q)
+    uri: str = pk(URI)
+    request_id: str = pk(ID)
     details_json: str = text()
     created_at_ms: int = millis()
 
@@ -68,8 +68,8 @@ class BatchRow(SQLModel, table=True):
         sa.Index("ix_batches_state", "queue", "state"),
     )
 
-    queue: str = key(Q)
-    id: str = key(ID)
+    queue: str = pk(Q)
+    id: str = pk(ID)
     contains_json: str = text()
     dependencies_json: str = text()
     state: str = string(STATE)
@@ -89,9 +89,9 @@ class RequestBatchRow(SQLModel, table=True):
         sa.Index("ix_request_batches_batch", "queue", "batch_id"),
     )
 
-    queue: str = key(Q)
-    request_id: str = key(ID)
-    batch_id: str = key(ID)
+    queue: str = pk(Q)
+    request_id: str = pk(ID)
+    batch_id: str = pk(ID)
 
 
 class BatchClaimRow(SQLModel, table=True):
@@ -101,9 +101,9 @@ class BatchClaimRow(SQLModel, table=True):
 
     __tablename__ = "batch_claims"
 
-    queue: str = key(Q)
-    request_id: str = key(ID)
-    cause: str = key(100)
+    queue: str = pk(Q)
+    request_id: str = pk(ID)
+    cause: str = pk(100)
     batch_id: str = string(ID)
     created_at_ms: int = millis()
 
@@ -113,8 +113,8 @@ class PathSetRow(SQLModel, table=True):
 
     __tablename__ = "path_sets"
 
-    queue: str = key(Q)
-    head: str = key(ID)
+    queue: str = pk(Q)
+    head: str = pk(ID)
     entries_json: str = text()
     version: int = integer()
 
@@ -127,8 +127,8 @@ class BuildRow(SQLModel, table=True):
         sa.Index("ix_builds_batch", "queue", "batch_id"),
     )
 
-    queue: str = key(Q)
-    id: str = key(ID)
+    queue: str = pk(Q)
+    id: str = pk(ID)
     batch_id: str = string(ID)
     path_id: str = string(PATH_ID)
     attempt: int = integer()
@@ -144,8 +144,8 @@ class PathBuildRow(SQLModel, table=True):
 
     __tablename__ = "path_builds"
 
-    queue: str = key(Q)
-    path_id: str = key(PATH_ID)
+    queue: str = pk(Q)
+    path_id: str = pk(PATH_ID)
     attempt: int = Field(primary_key=True, sa_type=sa.Integer)
     build_id: str = string(ID)
 
@@ -163,7 +163,7 @@ class BuildRunRow(SQLModel, table=True):
         sa.Index("ix_build_runs_owner_group", "owner_group", "status"),
     )
 
-    id: str = key(ID)
+    id: str = pk(ID)
     queue: str = string(Q)
     runner: str = string(STATE)
     batch_id: str = string(ID)
