@@ -8,6 +8,7 @@ from sqlalchemy.engine import Connection
 
 from alembic import context
 from app.db.engine import create_engine
+from app.db.migrate import COMPARE_OPTIONS
 from app.db.tables import metadata as app_metadata
 from app.queue.schema import metadata as queue_metadata
 
@@ -29,8 +30,7 @@ def _configure(connection: Connection) -> None:
         connection=connection,
         target_metadata=target_metadata,
         render_as_batch=connection.dialect.name == "sqlite",
-        compare_type=True,
-        compare_server_default=True,
+        **COMPARE_OPTIONS,
     )
     with context.begin_transaction():
         context.run_migrations()

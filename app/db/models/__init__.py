@@ -1,0 +1,52 @@
+"""SQLModel table models: the typed schema of the application's tables (the queue's
+own tables are in ``app/queue/schema.py``). ``orchestrator.py`` holds the tables the
+orchestrator and the build runners own, ``gateway.py`` those the gateway and its admin
+API own; both register on one ``metadata`` (``base.py``), which Alembic compares with
+the migrations (``app.db.migrate.schema_diff``).
+
+``app.db.tables`` re-exports each model's Core ``Table`` under its old name for the
+repositories' statements.
+"""
+
+from app.db.models.base import metadata, table_of
+from app.db.models.gateway import (
+    AdminAuditRow,
+    ChangeClaimRow,
+    ChangeUriRequestRow,
+    IdempotencyKeyRow,
+    RequestLogRow,
+    RequestSummaryRow,
+)
+from app.db.models.orchestrator import (
+    BatchClaimRow,
+    BatchRow,
+    BuildRow,
+    BuildRunRow,
+    ChangeRow,
+    CounterRow,
+    PathBuildRow,
+    PathSetRow,
+    RequestBatchRow,
+    RequestRow,
+)
+
+__all__ = [
+    "AdminAuditRow",
+    "BatchClaimRow",
+    "BatchRow",
+    "BuildRow",
+    "BuildRunRow",
+    "ChangeClaimRow",
+    "ChangeRow",
+    "ChangeUriRequestRow",
+    "CounterRow",
+    "IdempotencyKeyRow",
+    "PathBuildRow",
+    "PathSetRow",
+    "RequestBatchRow",
+    "RequestLogRow",
+    "RequestRow",
+    "RequestSummaryRow",
+    "metadata",
+    "table_of",
+]
