@@ -18,6 +18,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+import app.controllers.stages  # noqa: F401 - publishing needs the stage registry loaded
 from app.db.migrate import upgrade_sync
 from app.queue.backends import postgres_dsn_from_url
 

@@ -218,9 +218,21 @@ async def load_request(deps: Deps, queue: str, sqid: str) -> LandRequest | None:
         return None
 
 
-def _key(topic: str, msg: BaseModel) -> str:
-    # The registry imports every controller, and every controller imports this module:
-    # it is looked up when a message is published, not when this module loads.
-    from app.controllers.stages import partition_key
 
-    return partition_key(topic, msg)
+KeyOf = Callable[[str, BaseModel], str]
+_key_of: list[KeyOf] = []
+
+
+def use_registry(key_of: KeyOf) -> None:
+    """Publishing takes each topic's partition key from ``key_of``: the stage registry
+    (``app/controllers/stages.py``) registers itself here when it loads. (The registry
+    imports every controller and every controller imports this module, so the registry
+    is handed in rather than imported.)"""
+    _key_of[:] = [key_of]
+
+
+def _key(topic: str, msg: BaseModel) -> str:
+    if not _key_of:
+        raise RuntimeError("no stage registry: import app.controllers.stages (the pipeline "
+                           "and the runtime do) before publishing")
+    return _key_of[0](topic, msg)

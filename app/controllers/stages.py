@@ -26,7 +26,7 @@ from app.controllers.batch import BatchController
 from app.controllers.build import BuildController
 from app.controllers.buildsignal import BuildSignalController
 from app.controllers.cancel import CancelController
-from app.controllers.common import Deps
+from app.controllers.common import Deps, use_registry
 from app.controllers.conclude import ConcludeController
 from app.controllers.dependency_analysis import DependencyAnalysisController
 from app.controllers.dlq.reconcilers import (
@@ -148,3 +148,6 @@ def table() -> str:
         rows.append(f"| `{s.topic}` | `{s.payload.__name__}` | {s.key_name} | {serial} "
                     f"| {s.group} -> {name} | `{s.topic}_dlq`: {s.dlq_group} -> {fix} |")
     return "\n".join(rows)
+
+
+use_registry(partition_key)
