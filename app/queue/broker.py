@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.queue import ops
+from app.queue import ops, ops_admin
 from app.queue.backends import Backend
 from app.queue.errors import InvalidPayload, MessageNotFound, PayloadTooLarge
 from app.queue.members import Membership
@@ -325,11 +325,11 @@ class Broker:
         until = self.clock() + max(lease_ms, 0)
         return await self.backend.run(ops.extend(cd.delivery_id, cd.lease_token, until=until))
 
-    def _dead_letter_target(self, topic: str) -> ops.DeadLetterTarget:
+    def _dead_letter_target(self, topic: str) -> ops_admin.DeadLetterTarget:
         spec = self.topology.spec(topic)
         if not spec.dlq:
-            return ops.DeadLetterTarget(dlq_topic=None, dlq_groups=())
-        return ops.DeadLetterTarget(
+            return ops_admin.DeadLetterTarget(dlq_topic=None, dlq_groups=())
+        return ops_admin.DeadLetterTarget(
             dlq_topic=spec.dlq_name, dlq_groups=self.topology.groups(spec.dlq_name)
         )
 
@@ -340,7 +340,7 @@ class Broker:
         topic = cd.message.topic
         target = self._dead_letter_target(topic)
         moved = await self.backend.run(
-            ops.dead_letter(
+            ops_admin.dead_letter(
                 self.backend.dialect,
                 cd.delivery_id,
                 cd.lease_token,
@@ -355,11 +355,11 @@ class Broker:
         return moved
 
     async def next_due(self, group: str, topic: str) -> int | None:
-        return await self.backend.run(ops.next_due(group, topic, now=self.clock()))
+        return await self.backend.run(ops_admin.next_due(group, topic, now=self.clock()))
 
     # -- operations --------------------------------------------------------------
     async def get_message(self, seq: int) -> StoredMessage:
-        msg = await self.backend.run(ops.get_message(seq))
+        msg = await self.backend.run(ops_admin.get_message(seq))
         if msg is None:
             raise MessageNotFound(f"no message {seq}")
         return msg
@@ -368,11 +368,11 @@ class Broker:
         """The highest message sequence number stored so far, over every topic (0 when
         empty). A database sequence, not a clock: a consumer can tell whether a message
         was published before some moment without comparing process clocks."""
-        return await self.backend.run(ops.latest_seq())
+        return await self.backend.run(ops_admin.latest_seq())
 
     async def find_messages(self, topic: str, message_id: str) -> list[StoredMessage]:
         self.topology.spec(topic)
-        return await self.backend.run(ops.find_message(topic, message_id))
+        return await self.backend.run(ops_admin.find_message(topic, message_id))
 
     async def list_messages(
         self, topic: str, *, unsettled_only: bool = True, before_seq: int | None = None,
@@ -380,7 +380,7 @@ class Broker:
     ) -> list[StoredMessage]:
         self.topology.spec(topic)
         return await self.backend.run(
-            ops.list_messages(topic, unsettled_only=unsettled_only, before_seq=before_seq,
+            ops_admin.list_messages(topic, unsettled_only=unsettled_only, before_seq=before_seq,
                               limit=max(1, min(limit, 1000)))
         )
 
@@ -388,7 +388,7 @@ class Broker:
         """Send a dead-lettered or parked message back for another attempt (same id)."""
         self.topology.spec(topic)
         msg = await self.backend.run(
-            ops.requeue(self.backend.dialect, seq, topic=topic, now=self.clock())
+            ops_admin.requeue(self.backend.dialect, seq, topic=topic, now=self.clock())
         )
         self.wake(msg.original_topic or msg.topic)
         return msg
@@ -398,7 +398,7 @@ class Broker:
         if not reason.strip():
             raise InvalidPayload("discarding a message needs a reason")
         self.topology.spec(topic)
-        msg = await self.backend.run(ops.discard(seq, topic=topic))
+        msg = await self.backend.run(ops_admin.discard(seq, topic=topic))
         if msg is None:
             raise MessageNotFound(f"no message {seq} in topic {topic!r}")
         log.warning("message discarded", extra={"topic": topic, "seq": seq, "reason": reason})
@@ -409,29 +409,29 @@ class Broker:
     ) -> None:
         self.topology.spec(topic)
         await self.backend.run(
-            ops.pause(group, topic, partition_key or "", now=self.clock(), reason=reason)
+            ops_admin.pause(group, topic, partition_key or "", now=self.clock(), reason=reason)
         )
 
     async def resume(self, group: str, topic: str, partition_key: str | None = None) -> bool:
         self.topology.spec(topic)
-        resumed = await self.backend.run(ops.resume(group, topic, partition_key or ""))
+        resumed = await self.backend.run(ops_admin.resume(group, topic, partition_key or ""))
         self.wake(topic)
         return resumed
 
     async def collect_garbage(self, retention_ms: int) -> int:
         """Delete settled messages older than the retention window; returns how many."""
-        await self.backend.run(ops.settle_orphans(now=self.clock()))
+        await self.backend.run(ops_admin.settle_orphans(now=self.clock()))
         cutoff = self.clock() - retention_ms
         total = 0
         while True:
-            n = await self.backend.run(ops.collect_garbage(cutoff=cutoff))
+            n = await self.backend.run(ops_admin.collect_garbage(cutoff=cutoff))
             total += n
             if n < 5000:
                 return total
 
     async def stats(self) -> list[TopicStats]:
         now = self.clock()
-        deliveries, unsettled, pauses = await self.backend.run(ops.raw_stats(now))
+        deliveries, unsettled, pauses = await self.backend.run(ops_admin.raw_stats(now))
         by_group = {(r["topic"], r["consumer_group"]): r for r in deliveries}
         unsettled_by_topic = {r["topic"]: r for r in unsettled}
         paused: dict[tuple[str, str], list[str]] = defaultdict(list)
