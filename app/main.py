@@ -19,11 +19,13 @@ from app.api.app_routes import install
 from app.api.events import EventHub
 from app.api.middleware import HttpMetrics, SecurityHeaders
 from app.controllers.common import Deps, log_ids
+from app.controllers.outages import OutageGuard, webhook_notifier
 from app.controllers.pipeline import TopicSettings, build_consumers, build_topology
 from app.controllers.resync import SpeculateResync
 from app.db import migrate
 from app.db.engine import Database
 from app.db.repos.build_runs import SqlBuildStore
+from app.domain.outages import OutagePolicy
 from app.domain.queue_config import QueueConfig
 from app.domain.redaction import SecretMask
 from app.extensions.base import QueueExtensions
@@ -79,6 +81,12 @@ class Runtime:
                             {name: q.build_budget for name, q in self.queues.items()})
         orchestrator = settings.role in ("all", "worker")
         gateway = settings.role in ("all", "gateway")
+        self.outages = OutageGuard(
+            self.deps, base=outage_policy(settings), queues=self.queues,
+            recheck_ms=settings.outage_recheck_ms,
+            refresh_ms=min(1000, settings.outage_recheck_ms),
+            notify=webhook_notifier(settings.outage_notify_url)
+            if settings.outage_notify_url else None)
         self.consumers = ConsumerService(
             self.broker,
             build_consumers(self.deps, orchestrator=orchestrator, gateway=gateway,
@@ -91,6 +99,7 @@ class Runtime:
                         fail_rate=settings.queue_chaos_fail_rate),
             on_handled=self.metrics.on_handled,
             log_context=log_ids,
+            guard=self.outages if orchestrator else None,
         )
         self.scheduler = Scheduler()
         self.resync: SpeculateResync | None = None
@@ -99,6 +108,9 @@ class Runtime:
                                           interval_ms=settings.speculate_resync_ms)
             self.scheduler.every("speculate-resync", settings.speculate_resync_ms,
                                  self.resync.run)
+        if orchestrator:
+            self.scheduler.every("outage-notify", max(1000, settings.outage_recheck_ms),
+                                 self.outages.sweep)
         self.started = False
 
     async def start(self) -> None:
@@ -153,6 +165,13 @@ class Runtime:
             "running": running,
         }
         return checks
+
+
+def outage_policy(settings: Settings) -> OutagePolicy:
+    return OutagePolicy(
+        window_ms=int(settings.outage_window_s * 1000), threshold=settings.outage_threshold,
+        initial_ms=settings.outage_probe_initial_ms, max_ms=settings.outage_probe_max_ms,
+        notify_after_ms=int(settings.outage_notify_after_s * 1000))
 
 
 def migration_state(current: str | None, url: str) -> dict[str, Any]:

@@ -138,6 +138,7 @@ class EvidenceOut(BaseModel):
 
 class RemovalOut(BaseModel):
     kind: str = Field(description="build_failed | merge_conflict | cancelled | dead_lettered "
+                                  "| dependency_unavailable "
                                   "| duplicate | rejected | error")
     text: str
     stage: str

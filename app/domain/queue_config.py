@@ -269,6 +269,24 @@ class SpeculationConfig(_Cfg):
     hedge_by_time: bool = True
 
 
+class OutageKnobs(_Cfg):
+    """Overrides of the process-wide outage settings (``SQ_OUTAGE_*``); unset = inherit."""
+
+    window_s: float | None = Field(default=None, gt=0, le=7 * 24 * 3600)
+    threshold: int | None = Field(default=None, ge=1, le=1000)
+    probe_initial_ms: int | None = Field(default=None, ge=10, le=3_600_000)
+    probe_max_ms: int | None = Field(default=None, ge=10, le=3_600_000)
+    notify_after_s: float | None = Field(default=None, ge=0, le=7 * 24 * 3600)
+
+
+class OutagesConfig(OutageKnobs):
+    """How this queue rides out an outage of one of its dependencies
+    (``app/domain/outages.py``): the queue's knobs, then per dependency kind
+    (``repository``, ``builds``, ``github``, ``notify``) overrides of those."""
+
+    dependencies: dict[Literal["repository", "builds", "github", "notify"], OutageKnobs] = {}
+
+
 _TYPE_OF = {"change_provider": "git", "merger": "git", "build_runner": "command"}
 
 
@@ -281,6 +299,7 @@ class QueueConfig(_Cfg):
     conflict_analyzer: ConflictAnalyzerConfig = ConflictAnalyzerConfig()
     scorer: ScorerConfig = ScorerConfig()
     speculation: SpeculationConfig = SpeculationConfig()
+    outages: OutagesConfig = OutagesConfig()
     git: GitConfig | None = None
     build_budget: int = Field(default=4, ge=1, le=1000)
     default_strategy: LandStrategy = LandStrategy.REBASE
