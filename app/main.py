@@ -142,6 +142,9 @@ class Runtime:
         await self.broker.close()
         await self.db.dispose()
 
+    async def _dependencies(self) -> dict[str, Any]:
+        return await _circuit_details(self)
+
     async def readiness(self) -> dict[str, dict[str, Any]]:
         checks: dict[str, dict[str, Any]] = {}
         try:
@@ -159,12 +162,27 @@ class Runtime:
         # command builds: each queue's sandbox (not ok while builds cannot be sandboxed;
         # a warning for queues that run them unsandboxed)
         checks["builds"] = self.extensions.build_readiness()
+        checks["dependencies"] = await self._dependencies()
         running = self.consumers.running
         checks["consumers"] = {
             "ok": self.started and running == len(self.consumers.consumers),
             "running": running,
         }
         return checks
+
+
+async def _circuit_details(runtime: Runtime) -> dict[str, Any]:
+    """Each circuit's state and how long it has been open (open circuits do not make the
+    process unready: it keeps serving and holds the work that needs them)."""
+    try:
+        circuits = await runtime.outages.circuits(fresh=True)
+    except Exception as exc:
+        return {"ok": False, "error": type(exc).__name__}
+    now = runtime.broker.clock()
+    return {"ok": True, "open": sum(1 for c in circuits.values() if c.is_open), "circuits": {
+        dep: {"state": c.status.value, "open_for_s": round(c.open_for_ms(now) / 1000, 1),
+              "failures": c.failures, "since_ms": c.opened_at_ms or None}
+        for dep, c in sorted(circuits.items())}}
 
 
 def outage_policy(settings: Settings) -> OutagePolicy:

@@ -7,21 +7,22 @@ Which dependencies a message needs follows from its topic and its queue (the pay
 
 | Topics | Needs (circuit) |
 |---|---|
-| ``start``, ``validate``, ``mergecheck``, ``merge`` | ``repository:<queue>`` (+ ``github:<queue>`` once it failed there) |
+| ``validate``, ``mergecheck``, ``merge`` | ``repository:<queue>`` (+ ``github:<queue>`` once it failed there) |
 | ``build``, ``buildsignal`` | ``builds:<queue>`` (+ ``repository:<queue>`` once it failed there) |
 | every other topic | only the kinds it has failed on in this process |
 
 | Moment | Circuit | Ruling |
 |---|---|---|
 | before a handler | every circuit it needs closed | run |
-| before a handler | one open, probe not due | hold ``min(until the probe, recheck)`` (no attempt) |
+| before a handler | one open, probe not due | hold until the probe or the next recheck tick, whichever is first (no attempt) |
 | before a handler | one open, probe due, this consumer wins ``take_probe`` | run (the probe) |
-| before a handler | one open, probe due, another won it | hold ``min(next probe, recheck)`` |
+| before a handler | one open, probe due, another won it | hold until the next probe or recheck tick |
 | before a handler / after a failure | open, and the message waited longer than the window | give up: dead letter with ``reason = dependency_unavailable`` (the reconciler ends the request ``error`` with that reason) |
 | after a failure | the error is infrastructure (``infrastructure_kind``) | record it (may open the circuit); hold with backoff, no attempt |
 | after a failure | ``database`` kind (the circuit store itself) | hold with backoff from an in-process count, no attempt |
 | after a failure | logic / input error | none: the queue's usual short budget, then the DLQ |
-| after a success | a circuit it needs had failures or was open | close it (one write; the next read of any process sees it) |
+| after a success | a circuit it needs is open and this run was its probe | close it (one write; the next read of any process sees it) |
+| after a success | a circuit it needs is closed with failures counted | reset the count |
 
 Circuits are read through a cache refreshed at most every ``refresh_ms`` (so the hot
 path costs no query), written on every failure and on the first success.
@@ -48,7 +49,7 @@ from app.queue.records import ClaimedDelivery
 log = logging.getLogger("submitqueue.outages")
 
 NEEDS: dict[str, tuple[str, ...]] = {
-    m.START: (o.REPOSITORY,), m.VALIDATE: (o.REPOSITORY,), m.MERGECHECK: (o.REPOSITORY,),
+    m.VALIDATE: (o.REPOSITORY,), m.MERGECHECK: (o.REPOSITORY,),
     m.MERGE: (o.REPOSITORY,), m.BUILD: (o.BUILDS,), m.BUILDSIGNAL: (o.BUILDS,),
 }
 DEFAULT_KIND = {topic: kinds[0] for topic, kinds in NEEDS.items()}
@@ -107,6 +108,7 @@ class OutageGuard:
         self._lock = asyncio.Lock()
         self._learned: dict[str, set[str]] = {}
         self._db_failures = 0
+        self._probes: set[int] = set()  # delivery ids running as a probe
 
     # -- reading ---------------------------------------------------------------------
 
@@ -163,6 +165,7 @@ class OutageGuard:
         self._cache = {**self._cache, c.dependency: o.Circuit(
             **{**_fields(c), "probe_at_ms": nxt})} if won else self._cache
         if won:
+            self._probes.add(cd.delivery_id)
             log.info("probing a dependency", extra={"dependency": c.dependency,
                                                     "message_id": cd.message.message_id})
             return None
@@ -170,6 +173,7 @@ class OutageGuard:
         return self._hold(max(1, fresh.probe_at_ms - now))
 
     async def failed(self, cd: ClaimedDelivery, exc: BaseException) -> Ruling | None:
+        self._probes.discard(cd.delivery_id)
         topic = cd.message.topic
         kind = o.infrastructure_kind(exc, DEFAULT_KIND.get(topic, o.REPOSITORY))
         if kind is None:
@@ -204,14 +208,16 @@ class OutageGuard:
         return self._hold(d.hold_ms)
 
     async def succeeded(self, cd: ClaimedDelivery) -> None:
+        probe = cd.delivery_id in self._probes
+        self._probes.discard(cd.delivery_id)
         needs = self.needs(cd)
         if not needs:
             return
         circuits = await self.circuits()
         for dep in needs:
             c = circuits.get(dep)
-            if c is None or (not c.failures and not c.is_open):
-                continue
+            if c is None or (not c.failures and not c.is_open) or (c.is_open and not probe):
+                continue  # a run that was not the probe proves nothing about the outage
             closed = o.record_success(c)
             async with self.deps.db.write() as s:
                 await circuit_repo.save(s, circuit=closed)
@@ -224,8 +230,16 @@ class OutageGuard:
     # -- helpers ------------------------------------------------------------------------
 
     def _hold(self, ms: int) -> Ruling:
-        cap = max(1, int(self.recheck_ms * (1 - 0.2 * self.rand.random())))
-        return Ruling.hold(max(1, min(ms, cap)))
+        """Hold until the probe is due, looking again at the next recheck *tick* at the
+        latest. Ticks are aligned on the clock (multiples of ``recheck_ms``), so every
+        message held for one outage becomes due at the same instant and the queue hands
+        them out in delivery order: the queue drains in order once the circuit closes.
+        (Held messages only read the cache; the one probe is won by a conditional
+        write, so there is no herd to spread out with jitter.)"""
+        now = self.deps.now()
+        tick = max(1, self.recheck_ms)
+        next_tick = (now // tick + 1) * tick
+        return Ruling.hold(max(1, min(ms, next_tick - now)))
 
     def _give_up(self, c: o.Circuit, down_ms: int, error: str) -> Ruling:
         text = o.unavailable_text(c.dependency, down_ms, error)
