@@ -80,7 +80,7 @@ class Settings(BaseSettings):
     outage_window_s: float = Field(default=1800.0, gt=0, le=7 * 24 * 3600)
     outage_threshold: int = Field(default=3, ge=1, le=1000)
     outage_probe_initial_ms: int = Field(default=1000, ge=10, le=3_600_000)
-    outage_probe_max_ms: int = Field(default=60_000, ge=10, le=3_600_000)
+    outage_probe_max_ms: int = Field(default=30_000, ge=10, le=3_600_000)
     outage_recheck_ms: int = Field(default=5000, ge=10, le=3_600_000)
     outage_notify_after_s: float = Field(default=300.0, ge=0, le=7 * 24 * 3600)
     outage_notify_url: str = Field(default="", repr=False)

@@ -53,7 +53,7 @@ class OutagePolicy:
     window_ms: int = 30 * 60_000
     threshold: int = 3
     initial_ms: int = 1_000
-    max_ms: int = 60_000
+    max_ms: int = 30_000
     jitter: float = 0.2
     notify_after_ms: int = 5 * 60_000
 
