@@ -21,6 +21,7 @@ Which dependencies a message needs follows from its topic and its queue (the pay
 | after a failure | the error is infrastructure (``infrastructure_kind``) | record it (may open the circuit); hold with backoff, no attempt |
 | after a failure | ``database`` kind (the circuit store itself) | hold with backoff from an in-process count, no attempt |
 | after a failure | logic / input error | none: the queue's usual short budget, then the DLQ |
+| after a success that held (a poll) | any | nothing: inconclusive (the next probe decides) |
 | after a success | a circuit it needs is open and this run was its probe | close it (one write; the next read of any process sees it) |
 | after a success | a circuit it needs is closed with failures counted | reset the count |
 
@@ -207,9 +208,11 @@ class OutageGuard:
             return self._give_up(c, d.down_ms, describe_error(exc))
         return self._hold(d.hold_ms)
 
-    async def succeeded(self, cd: ClaimedDelivery) -> None:
+    async def succeeded(self, cd: ClaimedDelivery, *, held: bool) -> None:
         probe = cd.delivery_id in self._probes
         self._probes.discard(cd.delivery_id)
+        if held:
+            return  # a poll that will look again (a build still running) proves nothing
         needs = self.needs(cd)
         if not needs:
             return

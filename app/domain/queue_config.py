@@ -77,7 +77,10 @@ class BuildRunnerConfig(_Cfg):
       bubblewrap isolates the command, see ``app/extensions/builds/sandbox.py``) or
       ``none`` (unsandboxed: only for trusted changes; warned about at start-up and on
       ``/readyz``). ``network``: whether a sandboxed build may use the host's network
-      (default false: loopback of its own only).
+      (default false: loopback of its own only). ``infra_exit_codes`` (default
+      ``[75]``, EX_TEMPFAIL): exit codes that mean "the build system failed, not the
+      change" (a cache or artifact server down): the build is run again once the
+      ``builds`` dependency answers (``docs/outages.md``), never counted as a failure.
     - ``webhook``: POSTs each build to ``url`` signed with the secret held by the
       environment variable ``secret_env``; CI reports back to the callback URL. A
       build with no verdict ``timeout_s`` (default 3600) after its trigger errors.
@@ -92,6 +95,7 @@ class BuildRunnerConfig(_Cfg):
     secret_env: str = ""
     sandbox: Literal["bwrap", "none"] = "bwrap"
     network: bool = False
+    infra_exit_codes: tuple[int, ...] = (75,)
 
     @field_validator("command")
     @classmethod

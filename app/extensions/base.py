@@ -84,6 +84,15 @@ class BuildReport:
     detail: str = ""
 
 
+class BuildSystemUnavailable(Exception):
+    """A runner's build system could not give a verdict for want of itself (the build
+    command exited with an infrastructure code; CI not answering): the ``builds``
+    dependency is down, not the change's fault (``app/domain/outages.py``)."""
+
+    dependency_kind = "builds"
+    retryable = True
+
+
 class BuildRunner(Protocol):
     async def trigger(self, request: BuildRequest) -> str:
         """Start a build promptly and return its id.

@@ -292,7 +292,7 @@ class Consumer:
                     outcome = "lease_lost"
                     _only_our_cancel(handler, lease)
                 else:
-                    await self._ask("succeeded", cd)
+                    await self._ask("succeeded", cd, held=delivery.held_ms is not None)
                     outcome = "acked" if delivery.held_ms is None else "held"
                     ok = await self._settle(
                         self.broker.ack(cd) if delivery.held_ms is None
@@ -324,7 +324,7 @@ class Consumer:
         return delivery
 
     async def _ask(self, what: str, cd: ClaimedDelivery,
-                   exc: BaseException | None = None) -> Ruling | None:
+                   exc: BaseException | None = None, held: bool = False) -> Ruling | None:
         """Ask the guard (if any); a guard that fails is logged and ignored."""
         if self.guard is None:
             return None
@@ -334,7 +334,7 @@ class Consumer:
             if what == "failed":
                 assert exc is not None
                 return await self.guard.failed(cd, exc)
-            await self.guard.succeeded(cd)
+            await self.guard.succeeded(cd, held=held)
         except Exception:
             log.warning("consumer guard failed", extra={"consumer": self.name}, exc_info=True)
         return None

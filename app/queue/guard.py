@@ -11,7 +11,7 @@ the guard's ``Ruling``:
 | ``before(cd)`` / ``failed(cd, exc)`` | ``give_up(error, detail)`` | dead-letter it with that error; ``detail`` is merged into the dead letter's failure detail |
 | ``failed(cd, exc)`` | ``None`` | the usual: retry (spending an attempt) or dead-letter, as ``classify`` decides |
 | ``failed(cd, exc)`` | ``hold(ms)`` | hold the message ``ms``: the failure spends no attempt |
-| ``succeeded(cd)`` | - | told after the handler returned (acked or held by itself) |
+| ``succeeded(cd, held=...)`` | - | told after the handler returned; ``held``: it asked to be seen again (a poll), not done |
 
 A guard that raises is logged and ignored (the message is handled as without one).
 """  # noqa: E501 - the table reads best unwrapped
@@ -49,4 +49,4 @@ class Guard(Protocol):
 
     async def failed(self, cd: ClaimedDelivery, exc: BaseException) -> Ruling | None: ...
 
-    async def succeeded(self, cd: ClaimedDelivery) -> None: ...
+    async def succeeded(self, cd: ClaimedDelivery, *, held: bool) -> None: ...

@@ -19,7 +19,7 @@ from tests.gitfixtures import SANDBOX_KEY, GitSandbox, write_queues
 
 pytestmark = [
     pytest.mark.parametrize("database_url", BACKENDS, indirect=True),
-    pytest.mark.timeout(180),
+    pytest.mark.timeout(240),
     pytest.mark.slow,
 ]
 
@@ -140,6 +140,49 @@ async def test_an_outage_longer_than_the_window_ends_requests_dependency_unavail
             assert "Traceback" not in last_error
             removal = (await view(server, sqid))["removal"]
             assert removal["kind"] == "dependency_unavailable", removal
+
+
+BUILD_QUEUES = """\
+queues:
+  - name: gitq
+    change_provider: {type: git}
+    merger: {type: git}
+    git:
+      repository: ./remote.git
+      repo_key: sandbox.local/sandbox
+      target_branch: main
+    build_runner:
+      type: command
+      sandbox: none
+      command: ["sh", "-c", "if [ -e %s ]; then echo 'cache down' >&2; exit 75; fi; test -f a.txt"]
+    conflict_analyzer: {type: all}
+    default_strategy: squash_rebase
+    build_budget: 2
+"""
+
+
+async def test_a_build_system_outage_holds_the_builds_and_loses_nothing(
+        database_url: str, tmp_path: Path) -> None:
+    down = tmp_path / "ci-down"
+    write_queues(tmp_path, BUILD_QUEUES % down)
+    repo = GitSandbox.seeded(tmp_path, SANDBOX_KEY)
+    uris = changes(repo, 6)
+    down.touch()  # every build command exits 75 (EX_TEMPFAIL): infrastructure, not a test
+    async with serve(database_url, tmp_path, **FAST) as server:
+        sqids = [await server.land(c, queue="gitq") for c in uris[:4]]
+        outage = await poll(lambda: _open(server), timeout=60)
+        assert outage["dependency"] == "builds:gitq", outage
+        sqids += [await server.land(c, queue="gitq") for c in uris[4:]]
+        await asyncio.sleep(3)
+        await no_request_errored(server)
+        assert (await overview(server))["outages"], "the circuit closed while CI was down"
+        down.unlink()
+        final = await server.wait_all_terminal(sqids, timeout=120, queue="gitq")
+        assert set(final.values()) == {"landed"}, final
+        assert sum(t["dlq_size"] for t in await _topic_stats(server)) == 0
+    landed = [line.rsplit("(", 1)[1].rstrip(")")
+              for line in repo.main("log", "--format=%s", "main").splitlines()[::-1][1:]]
+    assert sorted(landed) == sorted(sqids)
 
 
 async def _open(server: Server) -> dict[str, Any] | None:
