@@ -2,6 +2,8 @@
 
 A sandbox git queue; 10 requests submitted, then the repository is moved away for
 ``--outage-s`` seconds (default 180) while 5 more are submitted; then it comes back.
+With ``--kind builds`` the repository stays, and the queue's build command (the
+command runner, unsandboxed) exits 75 (an infrastructure failure) for the outage.
 Reports what the pages said during the outage, how many requests errored or were
 dead-lettered (must be 0), whether all 15 landed exactly once in the queue's order,
 and how long the queue took to drain once the repository was back.
@@ -32,21 +34,39 @@ queues:
       repository: ./remote.git
       repo_key: sandbox.local/sandbox
       target_branch: main
-    build_runner: {type: fake, delay_ms: 0}
+    build_runner: %s
     conflict_analyzer: {type: all}
     default_strategy: squash_rebase
 """
+FAKE = "{type: fake, delay_ms: 0}"
+COMMAND = ('{type: command, sandbox: none, command: ["sh", "-c", '
+           '"if [ -e %s ]; then echo cache down >&2; exit 75; fi; test -f a.txt"]}')
 
 
-async def run(database_url: str, outage_s: float, root: Path) -> dict[str, Any]:
-    write_queues(root, QUEUES)
+async def run(database_url: str, outage_s: float, root: Path, kind: str) -> dict[str, Any]:
+    flag = root / "ci-down"
+    write_queues(root, QUEUES % (COMMAND % flag if kind == "builds" else FAKE))
     repo = GitSandbox.seeded(root, SANDBOX_KEY)
     uris = [repo.branch(f"f{i}", {f"d{i}/f.txt": f"{i}\n"}, f"Add d{i}") for i in range(15)]
     away = root / "remote.away"
-    report: dict[str, Any] = {"database": database_url.split(":", 1)[0], "outage_s": outage_s}
+    report: dict[str, Any] = {"database": database_url.split(":", 1)[0], "kind": kind,
+                              "outage_s": outage_s}
+
+    def down() -> None:
+        if kind == "builds":
+            flag.touch()
+        else:
+            repo.bare.rename(away)
+
+    def up() -> None:
+        if kind == "builds":
+            flag.unlink()
+        else:
+            away.rename(repo.bare)
+
     async with serve(database_url, root, admin_token="bench") as server:
         sqids = [await server.land(u, queue="gitq") for u in uris[:10]]
-        repo.bare.rename(away)
+        down()
         began = time.monotonic()
         await asyncio.sleep(2)
         sqids += [await server.land(u, queue="gitq") for u in uris[10:]]
@@ -63,7 +83,7 @@ async def run(database_url: str, outage_s: float, root: Path) -> dict[str, Any]:
         ready = (await server.client.get("/readyz")).json()["checks"]["dependencies"]
         metrics = [line for line in (await server.client.get("/metrics")).text.splitlines()
                    if line.startswith("submitqueue_circuit_open")]
-        away.rename(repo.bare)
+        up()
         back = time.monotonic()
         final = await server.wait_all_terminal(sqids, timeout=600, queue="gitq")
         drained = time.monotonic() - back
@@ -93,11 +113,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--database-url", default="")
     parser.add_argument("--outage-s", type=float, default=180.0)
+    parser.add_argument("--kind", choices=("repository", "builds"), default="repository")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="sq-outage-") as tmp:
         root = Path(tmp)
         url = args.database_url or f"sqlite+aiosqlite:///{root / 'sq.db'}"
-        print(json.dumps(asyncio.run(run(url, args.outage_s, root)), indent=2))
+        print(json.dumps(asyncio.run(run(url, args.outage_s, root, args.kind)), indent=2))
 
 
 if __name__ == "__main__":
