@@ -155,6 +155,7 @@ class CommandBuildRunner:
         self.git_timeout = git_timeout
         self.infra_exit_codes = frozenset(infra_exit_codes)
         self.infra_retry_ms = infra_retry_ms
+        self.down = ""  # why the build system is down (a build's infrastructure exit)
         self.clock = wall_clock_ms
         host = socket.gethostname()
         self.owner = f"{host}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
@@ -268,11 +269,9 @@ class CommandBuildRunner:
         build_id = request.build_id("cmd")
         if build_id in self._live or await self.store.get(build_id) is not None:
             return build_id  # started before (here or by another process): it reports
-        parked = [live.infra for live in self._live.values() if live.infra]
-        if parked:  # the build system is known down: start nothing until it answers
-            raise BuildSystemUnavailable(
-                f"{len(parked)} build(s) of queue {self.queue} wait for the build system "
-                f"({parked[0]})")
+        if self.down:  # the build system is known down: start nothing until it answers
+            raise BuildSystemUnavailable(f"the build system of queue {self.queue} is down "
+                                         f"({self.down}); no new build starts until it answers")
         now = self.clock()
         await self.store.create(BuildRun(
             id=build_id, queue=request.queue, runner="command", batch_id=request.batch_id,
@@ -326,6 +325,12 @@ class CommandBuildRunner:
         await self.store.request_cancel(build_id)
 
     # -- one build -------------------------------------------------------------
+    def waiting(self, build_id: str) -> bool:
+        """The build's last run exited with an infrastructure code and it has not run
+        again since (this instance's builds only)."""
+        live = self._live.get(build_id)
+        return live is not None and bool(live.infra)
+
     def _rerun(self, build_id: str, live: _Live) -> None:
         """Run a build again whose last run exited with an infrastructure code."""
         if not live.infra or live.task is not None:
@@ -338,16 +343,17 @@ class CommandBuildRunner:
     async def _park(self, build_id: str, live: _Live, outcome: Outcome) -> None:
         """The command exited with an infrastructure code: no verdict; keep the build
         live (``running``) until the build system answers and it runs again."""
-        live.infra = f"the build command {outcome.detail} (an infrastructure exit code)"
-        live.infra_at_ms = self.clock()
+        why = f"the build command {outcome.detail} (an infrastructure exit code)"
         live.pid = None
-        live.log.line(f"{INFRA_DETAIL}{live.infra}")
+        live.log.line(f"{INFRA_DETAIL}{why}")
         await self._flush(build_id, live)
-        await self.store.update(build_id, now_ms=self.clock(),
-                                detail=INFRA_DETAIL + live.infra)
+        await self.store.update(build_id, now_ms=self.clock(), detail=INFRA_DETAIL + why)
+        live.infra, live.infra_at_ms, self.down = why, self.clock(), why
         live.task = None
 
     async def _end(self, build_id: str, live: _Live, outcome: Outcome) -> None:
+        if outcome.status in (BuildStatus.SUCCEEDED, BuildStatus.FAILED):
+            self.down = ""  # a verdict: the build system answers again
         try:
             await self._finish(build_id, live, outcome)
         finally:
@@ -359,7 +365,11 @@ class CommandBuildRunner:
         parked = False
         try:
             outcome = await self._build(build_id, live)
-            parked = outcome.exit_code in self.infra_exit_codes and not live.cancelled.is_set()
+            infra = outcome.exit_code in self.infra_exit_codes
+            parked = infra and not live.cancelled.is_set()
+            if infra and not parked:
+                outcome = Outcome(BuildStatus.CANCELLED, "cancelled while it waited for the "
+                                                         "build system", outcome.exit_code)
         except asyncio.CancelledError:
             if live.pid is not None:
                 kill_group(live.pid)
