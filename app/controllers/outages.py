@@ -9,7 +9,7 @@ Which dependencies a message needs follows from its topic and its queue (the pay
 |---|---|
 | ``validate``, ``mergecheck``, ``merge`` | ``repository:<queue>`` (+ ``github:<queue>`` once it failed there) |
 | ``build``, ``buildsignal`` | ``builds:<queue>`` (+ ``repository:<queue>`` once it failed there) |
-| every other topic | only the kinds it has failed on in this process |
+| every other topic | only the kinds it has failed on in this process; there, an error that names no dependency (a bare ``ConnectionError``) keeps the queue's usual budget |
 
 | Moment | Circuit | Ruling |
 |---|---|---|
@@ -176,8 +176,10 @@ class OutageGuard:
     async def failed(self, cd: ClaimedDelivery, exc: BaseException) -> Ruling | None:
         self._probes.discard(cd.delivery_id)
         topic = cd.message.topic
-        kind = o.infrastructure_kind(exc, DEFAULT_KIND.get(topic, o.REPOSITORY))
-        if kind is None:
+        # a topic that calls no external system (start, batch, speculate, ...) rides out
+        # only errors that name their dependency, and the database's own
+        kind = o.infrastructure_kind(exc, DEFAULT_KIND.get(topic, ""))
+        if not kind:
             return None
         if kind == o.DATABASE:
             self._db_failures += 1

@@ -10,10 +10,10 @@ input error (which keeps the queue's short retry budget and reaches the DLQ):
 | Error (anywhere in the chain) | Kind |
 |---|---|
 | has ``dependency_kind: str`` (e.g. git's ``Unreachable``: ``repository``) | that kind |
-| ``TimeoutError``, ``ConnectionError`` (refused, reset, aborted), DNS (``socket.gaierror``) | the topic's default kind |
+| ``TimeoutError``, ``ConnectionError`` (refused, reset, aborted), DNS (``socket.gaierror``) | the topic's default kind (none: not counted) |
 | an HTTP error with status 408, 429 or 5xx (not 501/505); an httpx transport error | the topic's default kind |
 | a database that is not answering (connection lost / refused, driver connection errors) | ``database`` |
-| anything else | ``None`` (logic / input) |
+| an error with ``infrastructure = False`` (the fakes' error markers), anything else | ``None`` (logic / input) |
 
 **Circuit** (one per dependency, e.g. ``repository:sandbox``):
 

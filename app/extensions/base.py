@@ -84,6 +84,14 @@ class BuildReport:
     detail: str = ""
 
 
+class FakeConnectionError(ConnectionError):
+    """What the fakes' error markers raise: retryable, but *not* an infrastructure
+    outage the outage guard rides out (``infrastructure = False``), so the markers keep
+    exercising the retry budget and the dead-letter path (docs/outages.md)."""
+
+    infrastructure = False
+
+
 class BuildSystemUnavailable(Exception):
     """A runner's build system could not give a verdict for want of itself (the build
     command exited with an infrastructure code; CI not answering): the ``builds``
