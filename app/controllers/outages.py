@@ -110,6 +110,7 @@ class OutageGuard:
         self._learned: dict[str, set[str]] = {}
         self._db_failures = 0
         self._probes: set[int] = set()  # delivery ids running as a probe
+        self._last_error: dict[str, str] = {}  # by dependency, for a give-up's text
 
     # -- reading ---------------------------------------------------------------------
 
@@ -154,7 +155,8 @@ class OutageGuard:
         policy = self.policy(c.dependency)
         d = o.decide(c, now_ms=now, published_at_ms=cd.message.published_at_ms, policy=policy)
         if d.verdict is o.Verdict.GIVE_UP:
-            return self._give_up(c, d.down_ms, cd.message.last_error or "still unreachable")
+            return self._give_up(c, d.down_ms, self._last_error.get(
+                c.dependency, "it did not answer the probes"))
         if d.verdict is o.Verdict.HOLD:
             return self._hold(d.hold_ms)
         if d.verdict is o.Verdict.RUN:
@@ -200,6 +202,7 @@ class OutageGuard:
             return Ruling.hold(policy.delay_ms(self._db_failures - 1, self.rand))
         self._db_failures = 0
         self._cache = {**self._cache, dep: c}
+        self._last_error[dep] = describe_error(exc)[:500]
         if c.is_open and not before.is_open:
             log.warning("circuit opened: dependency unreachable",
                         extra={"dependency": dep, "error": describe_error(exc)})
