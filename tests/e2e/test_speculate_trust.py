@@ -216,12 +216,14 @@ async def test_the_scheduler_starts_and_stops_with_the_runtime(
         database_url: str, tmp_path: Path) -> None:
     async with serve(database_url, tmp_path, speculate_resync_ms=200) as server:
         rt = server.runtime
-        assert rt.scheduler.running and rt.scheduler.jobs == ["speculate-resync"]
+        assert rt.scheduler.running and rt.scheduler.jobs == ["speculate-resync",
+                                                              "outage-notify"]
         await until("a resync ran", lambda: _true(rt.scheduler.runs.get("speculate-resync")))
         assert rt.resync is not None and rt.resync.published == 0  # no active batch
     assert not rt.scheduler.running and not rt.scheduler._in_progress
     async with serve(database_url, tmp_path, speculate_resync_ms=0) as server:
-        assert server.runtime.scheduler.jobs == [] and server.runtime.resync is None
+        assert server.runtime.scheduler.jobs == ["outage-notify"]
+        assert server.runtime.resync is None
     async with serve(database_url, tmp_path, role="gateway") as server:
         assert server.runtime.scheduler.jobs == []  # the workers resync
 
