@@ -19,11 +19,13 @@ from app.api import health
 from app.api.app_routes import install
 from app.api.middleware import HttpMetrics, SecurityHeaders
 from app.controllers.common import Deps, log_ids
+from app.controllers.outages import OutageGuard, webhook_notifier
 from app.controllers.pipeline import TopicSettings, build_consumers, build_topology
 from app.controllers.resync import SpeculateResync
 from app.db import migrate
 from app.db.engine import Database
 from app.db.repos.build_runs import SqlBuildStore
+from app.domain.outages import OutagePolicy
 from app.domain.queue_config import QueueConfig
 from app.domain.redaction import SecretMask
 from app.extensions.base import QueueExtensions
@@ -81,6 +83,12 @@ class Runtime:
                             {name: q.build_budget for name, q in self.queues.items()})
         orchestrator = settings.role in ("all", "worker")
         gateway = settings.role in ("all", "gateway")
+        self.outages = OutageGuard(
+            self.deps, base=outage_policy(settings), queues=self.queues,
+            recheck_ms=settings.outage_recheck_ms,
+            refresh_ms=min(1000, settings.outage_recheck_ms),
+            notify=webhook_notifier(settings.outage_notify_url)
+            if settings.outage_notify_url else None)
         self.consumers = ConsumerService(
             self.broker,
             build_consumers(self.deps, orchestrator=orchestrator, gateway=gateway,
@@ -91,6 +99,7 @@ class Runtime:
                         fail_rate=settings.queue_chaos_fail_rate),
             on_handled=self.metrics.on_handled,
             log_context=log_ids,
+            guard=self.outages if orchestrator else None,
         )
         self.event_hub = EventHub(self.db)  # live streams of the pages (gateway roles)
         self.view_timing = TimingCache()  # the pages' recent build and merge times
@@ -116,6 +125,7 @@ class Runtime:
             self.resync = SpeculateResync(self.deps, list(self.queues),
                                           interval_ms=settings.speculate_resync_ms)
             every("speculate-resync", settings.speculate_resync_ms, self.resync.run)
+        every("outage-notify", max(1000, settings.outage_recheck_ms), self.outages.sweep)
         every("queue-gc", settings.queue_gc_interval_ms,
               lambda: self.broker.collect_garbage(settings.queue_retention_ms))
         for job in self.extensions.periodic_jobs():
@@ -170,6 +180,9 @@ class Runtime:
         self._stack.push_async_callback(self.db.dispose)
         await stack.aclose()
 
+    async def _dependencies(self) -> dict[str, Any]:
+        return await _circuit_details(self)
+
     async def readiness(self) -> dict[str, dict[str, Any]]:
         checks: dict[str, dict[str, Any]] = {}
         try:
@@ -187,6 +200,7 @@ class Runtime:
         # command builds: each queue's sandbox (not ok while builds cannot be sandboxed;
         # a warning for queues that run them unsandboxed)
         checks["builds"] = self.extensions.build_readiness()
+        checks["dependencies"] = await self._dependencies()
         running = self.consumers.running
         checks["consumers"] = {
             "ok": self.started and running == len(self.consumers.consumers),
@@ -201,6 +215,27 @@ async def _logged_stop(name: str, stop: Callable[[], Awaitable[Any]]) -> None:
         await stop()
     except Exception:
         log.exception("stopping a service failed; stopping the rest", extra={"service": name})
+
+
+async def _circuit_details(runtime: Runtime) -> dict[str, Any]:
+    """Each circuit's state and how long it has been open (open circuits do not make the
+    process unready: it keeps serving and holds the work that needs them)."""
+    try:
+        circuits = await runtime.outages.circuits(fresh=True)
+    except Exception as exc:
+        return {"ok": False, "error": type(exc).__name__}
+    now = runtime.broker.clock()
+    return {"ok": True, "open": sum(1 for c in circuits.values() if c.is_open), "circuits": {
+        dep: {"state": c.status.value, "open_for_s": round(c.open_for_ms(now) / 1000, 1),
+              "failures": c.failures, "since_ms": c.opened_at_ms or None}
+        for dep, c in sorted(circuits.items())}}
+
+
+def outage_policy(settings: Settings) -> OutagePolicy:
+    return OutagePolicy(
+        window_ms=int(settings.outage_window_s * 1000), threshold=settings.outage_threshold,
+        initial_ms=settings.outage_probe_initial_ms, max_ms=settings.outage_probe_max_ms,
+        notify_after_ms=int(settings.outage_notify_after_s * 1000))
 
 
 def migration_state(current: str | None, url: str) -> dict[str, Any]:

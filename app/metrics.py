@@ -40,9 +40,11 @@ from prometheus_client.registry import Collector
 
 from app.controllers.common import Timed, finished_request
 from app.db.engine import Database
+from app.db.repos import circuits as circuit_repo
 from app.db.repos import gauges
 from app.db.repos import request_log as request_log_repo
 from app.domain.entities import RequestLog, RequestSummary
+from app.domain.outages import Circuit
 from app.queue import Broker, TopicStats
 
 log = logging.getLogger("submitqueue.metrics")
@@ -71,7 +73,9 @@ class StateSnapshot:
     topics: list[TopicStats] = field(default_factory=list)
     requests: dict[str, dict[str, int]] = field(default_factory=dict)
     live_builds: dict[str, int] = field(default_factory=dict)
+    circuits: list[Circuit] = field(default_factory=list)
     taken_at: float | None = None
+    taken_at_ms: int = 0
 
 
 StateSource = Callable[[], Awaitable[StateSnapshot]]
@@ -85,8 +89,10 @@ def state_source(db: Database, broker: Broker) -> StateSource:
         async with db.read() as s:
             requests = await request_log_repo.counts_by_status(s)
             live = await gauges.live_builds(s)
+            circuits = list((await circuit_repo.load_all(s)).values())
         return StateSnapshot(topics=topics, requests=requests, live_builds=live,
-                             taken_at=time.monotonic())
+                             circuits=circuits, taken_at=time.monotonic(),
+                             taken_at_ms=broker.clock())
 
     return read
 
@@ -139,11 +145,18 @@ class _StateCollector(Collector):
         for queue, n in sorted(self.metrics.budgets.items()):
             builds.add_metric([queue], snap.live_builds.get(queue, 0))
             budget.add_metric([queue], n)
+        circuit_open = GaugeMetricFamily(f"{NS}_circuit_open", "1 while the dependency's "
+                                         "circuit is open (unreachable)", labels=["dependency"])
+        open_for = GaugeMetricFamily(f"{NS}_circuit_open_seconds", "How long the circuit has "
+                                     "been open (0 when closed)", labels=["dependency"])
+        for c in sorted(snap.circuits, key=lambda c: c.dependency):
+            circuit_open.add_metric([c.dependency], 1 if c.is_open else 0)
+            open_for.add_metric([c.dependency], c.open_for_ms(snap.taken_at_ms) / 1000)
         age = GaugeMetricFamily(f"{NS}_metrics_state_age_seconds", "Age of the database "
                                 "state behind the gauges above (-1 before the first read)")
         age.add_metric([], -1 if snap.taken_at is None else time.monotonic() - snap.taken_at)
         yield from (depth, in_flight, held, retrying, oldest, paused, dlq, dlq_parked,
-                    requests, builds, budget, age)
+                    requests, builds, budget, circuit_open, open_for, age)
 
 
 class Metrics:

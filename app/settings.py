@@ -71,6 +71,20 @@ class Settings(BaseSettings):
     queue_chaos_duplicate: bool = False
     queue_chaos_fail_rate: float = Field(default=0.0, ge=0.0, lt=1.0)
 
+    # Outages (app/domain/outages.py; per queue and dependency in queues.yaml `outages:`):
+    # an infrastructure error is retried with backoff for up to the window, spending no
+    # attempt; `threshold` consecutive ones open the dependency's circuit; while open, one
+    # probe runs every probe_initial_ms * 2^n (capped at probe_max_ms, with jitter), and
+    # held messages look again at least every outage_recheck_ms; a circuit open longer
+    # than notify_after_s is announced once (log, /metrics, optional webhook).
+    outage_window_s: float = Field(default=1800.0, gt=0, le=7 * 24 * 3600)
+    outage_threshold: int = Field(default=3, ge=1, le=1000)
+    outage_probe_initial_ms: int = Field(default=1000, ge=10, le=3_600_000)
+    outage_probe_max_ms: int = Field(default=30_000, ge=10, le=3_600_000)
+    outage_recheck_ms: int = Field(default=5000, ge=10, le=3_600_000)
+    outage_notify_after_s: float = Field(default=300.0, ge=0, le=7 * 24 * 3600)
+    outage_notify_url: str = Field(default="", repr=False)
+
     # Speculation: every this often, a speculate wake-up per queue with active batches
     # (one message id per queue per interval across processes); 0 = off.
     speculate_resync_ms: int = Field(default=30_000, ge=0)

@@ -195,6 +195,14 @@ class GatewayClient:
         queue, n = split_sqid(sqid)
         return RequestSummary.of(await self._call("GET", f"/api/v1/queues/{queue}/requests/{n}"))
 
+    async def waiting(self, sqid: str) -> list[str]:
+        """What the live request waits for while a dependency is down ("waiting: <dep>
+        unreachable since <time>, retrying (next in 40 s)"); empty when nothing is."""
+        queue, n = split_sqid(sqid)
+        body = await self._call("GET", f"/api/v1/queues/{queue}/requests/{n}/view")
+        outages = body.get("outages") if isinstance(body, dict) else None
+        return [str(o["text"]) for o in outages or [] if isinstance(o, dict) and "text" in o]
+
     async def history(self, sqid: str) -> list[HistoryEntry]:
         queue, n = split_sqid(sqid)
         body = await self._call("GET", f"/api/v1/queues/{queue}/requests/{n}/history")

@@ -16,7 +16,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import asdict
 from datetime import datetime
 from typing import Annotated, Any
@@ -135,8 +135,11 @@ def _sqid(sqid: str) -> str:
     return sqid
 
 
-def _print_status(summary: RequestSummary, history: list[HistoryEntry]) -> None:
+def _print_status(summary: RequestSummary, history: list[HistoryEntry],
+                  waiting: Sequence[str] = ()) -> None:
     typer.echo(f"{summary.sqid}  {summary.status}")
+    for line in waiting:
+        typer.echo(f"  {line}")
     typer.echo(f"  received  {_when(summary.received_at_ms)}")
     for uri in summary.change_uris:
         typer.echo(f"  change    {uri}")
@@ -161,11 +164,12 @@ def status(
         async with _client(url) as client:
             summary = await client.summary(sqid)
             history = await client.history(sqid)
+            waiting = await client.waiting(sqid)
         if as_json:
-            typer.echo(json.dumps({"summary": asdict(summary),
+            typer.echo(json.dumps({"summary": asdict(summary), "waiting": waiting,
                                    "history": [asdict(e) for e in history]}, indent=2))
         else:
-            _print_status(summary, history)
+            _print_status(summary, history, waiting)
         return 0
     run_exit(work)
 

@@ -77,7 +77,10 @@ class BuildRunnerConfig(_Cfg):
       bubblewrap isolates the command, see ``app/extensions/builds/sandbox.py``) or
       ``none`` (unsandboxed: only for trusted changes; warned about at start-up and on
       ``/readyz``). ``network``: whether a sandboxed build may use the host's network
-      (default false: loopback of its own only).
+      (default false: loopback of its own only). ``infra_exit_codes`` (default
+      ``[75]``, EX_TEMPFAIL): exit codes that mean "the build system failed, not the
+      change" (a cache or artifact server down): the build is run again once the
+      ``builds`` dependency answers (``docs/outages.md``), never counted as a failure.
     - ``webhook``: POSTs each build to ``url`` signed with the secret held by the
       environment variable ``secret_env``; CI reports back to the callback URL. A
       build with no verdict ``timeout_s`` (default 3600) after its trigger errors.
@@ -92,6 +95,7 @@ class BuildRunnerConfig(_Cfg):
     secret_env: str = ""
     sandbox: Literal["bwrap", "none"] = "bwrap"
     network: bool = False
+    infra_exit_codes: tuple[int, ...] = (75,)
 
     @field_validator("command")
     @classmethod
@@ -269,6 +273,24 @@ class SpeculationConfig(_Cfg):
     hedge_by_time: bool = True
 
 
+class OutageKnobs(_Cfg):
+    """Overrides of the process-wide outage settings (``SQ_OUTAGE_*``); unset = inherit."""
+
+    window_s: float | None = Field(default=None, gt=0, le=7 * 24 * 3600)
+    threshold: int | None = Field(default=None, ge=1, le=1000)
+    probe_initial_ms: int | None = Field(default=None, ge=10, le=3_600_000)
+    probe_max_ms: int | None = Field(default=None, ge=10, le=3_600_000)
+    notify_after_s: float | None = Field(default=None, ge=0, le=7 * 24 * 3600)
+
+
+class OutagesConfig(OutageKnobs):
+    """How this queue rides out an outage of one of its dependencies
+    (``app/domain/outages.py``): the queue's knobs, then per dependency kind
+    (``repository``, ``builds``, ``github``, ``notify``) overrides of those."""
+
+    dependencies: dict[Literal["repository", "builds", "github", "notify"], OutageKnobs] = {}
+
+
 _TYPE_OF = {"change_provider": "git", "merger": "git", "build_runner": "command"}
 
 
@@ -281,6 +303,7 @@ class QueueConfig(_Cfg):
     conflict_analyzer: ConflictAnalyzerConfig = ConflictAnalyzerConfig()
     scorer: ScorerConfig = ScorerConfig()
     speculation: SpeculationConfig = SpeculationConfig()
+    outages: OutagesConfig = OutagesConfig()
     git: GitConfig | None = None
     build_budget: int = Field(default=4, ge=1, le=1000)
     default_strategy: LandStrategy = LandStrategy.REBASE

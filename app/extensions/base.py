@@ -78,6 +78,23 @@ class BuildReport:
     detail: str = ""
 
 
+class FakeConnectionError(ConnectionError):
+    """What the fakes' error markers raise: retryable, but *not* an infrastructure
+    outage the outage guard rides out (``infrastructure = False``), so the markers keep
+    exercising the retry budget and the dead-letter path (docs/outages.md)."""
+
+    infrastructure = False
+
+
+class BuildSystemUnavailable(Exception):
+    """A runner's build system could not give a verdict for want of itself (the build
+    command exited with an infrastructure code; CI not answering): the ``builds``
+    dependency is down, not the change's fault (``app/domain/outages.py``)."""
+
+    dependency_kind = "builds"
+    retryable = True
+
+
 class BuildRunner(Protocol):
     async def trigger(self, request: BuildRequest) -> str:
         """Start a build promptly and return its id.

@@ -81,7 +81,8 @@ def _runner(config: QueueConfig, store: BuildStore, public_url: str) -> BuildRun
                 queue=config.name, command=cfg.command, repos={git.repo_key: git.repository},
                 target_branch=git.target_branch, work_dir=_work_dir(config) / "builds",
                 store=store, timeout_s=cfg.effective_timeout_s, max_parallel=cfg.max_parallel,
-                sandbox=Bwrap(network=cfg.network) if cfg.sandbox == "bwrap" else None)
+                sandbox=Bwrap(network=cfg.network) if cfg.sandbox == "bwrap" else None,
+                infra_exit_codes=cfg.infra_exit_codes)
         case "webhook":
             secret = os.environ.get(cfg.secret_env, "")
             if not secret:

@@ -8,6 +8,11 @@ timeout has its whole process group killed and raises ``TimeoutError`` (retryabl
 A failing git command raises ``GitError`` (args, exit code, stderr). It declares itself
 ``retryable``: callers turn the failures that are the change's fault (conflicts, stale
 refs) into rejections or failed outcomes first, so what escapes is infrastructure.
+A command that talks to a remote (``ls-remote``, ``fetch``, ``push``, ``clone``) and
+fails in transport (the repository is missing or unreadable, connection refused or
+reset, DNS, an HTTP 5xx/429 from the host, a hang-up) raises ``Unreachable``, a
+``GitError`` with ``dependency_kind = "repository"``: the queue then treats the
+repository as down (``app/domain/outages.py``) instead of spending attempts on it.
 
 ``mirror_lock(path)`` serialises all work on the repository at ``path`` HOST-WIDE: an
 ``asyncio.Lock`` per path (per event loop) for the tasks of this process, then an
@@ -76,6 +81,30 @@ class GitError(Exception):
         super().__init__(
             f"git {' '.join(self.git_args)} exited {returncode}: {stderr.strip()[:2000]}"
         )
+
+
+class Unreachable(GitError):
+    """A git command could not reach its remote repository (a transport failure)."""
+
+    dependency_kind = "repository"
+
+
+_REMOTE_COMMANDS = frozenset({"ls-remote", "fetch", "push", "clone", "pull"})
+_TRANSPORT = re.compile(
+    r"does not appear to be a git repository|could not read from remote repository"
+    r"|unable to access|could not resolve host|connection (?:refused|reset|timed out)"
+    r"|operation timed out|failed to connect|unable to connect|the remote end hung up"
+    r"|early eof|ssh: connect to host|network is unreachable|no route to host"
+    r"|the requested url returned error: (?:5\d\d|429)|remote: internal server error"
+    r"|gnutls_handshake|ssl_connect|tls connection",
+    re.IGNORECASE,
+)
+
+
+def is_transport_failure(args: Sequence[str], stderr: str) -> bool:
+    """A remote git command failed for want of its remote, not for its content."""
+    return any(a in _REMOTE_COMMANDS for a in args[:3]) and \
+        _TRANSPORT.search(stderr) is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +177,8 @@ async def run_git(
         returncode=proc.returncode if proc.returncode is not None else -1,
     )
     if check and result.returncode != 0:
+        if is_transport_failure(args, result.stderr):
+            raise Unreachable(args, result.returncode, result.stderr)
         raise GitError(args, result.returncode, result.stderr)
     return result
 

@@ -12,6 +12,8 @@ Outcome of ``await controller.process(delivery)``:
 | raises, not retryable, or | move to ``{topic}_dlq`` with the error and |
 | attempts exhausted | attempt count (parked if no DLQ) |
 | raises while holding | the error wins; the hold is discarded |
+| a ``guard`` (``app/queue/guard.py``) | hold without running / hold instead of |
+| rules on it before or after a failure | retrying (no attempt) / dead-letter at once |
 | raises an error with ``park = True`` | dead-letter (or park) at once, even on an always-retry |
 | (e.g. an undecodable DLQ message) | topic: retrying cannot help; an operator decides |
 | its lease is lost while it runs (a | the handler is cancelled; whatever it then returns or |
@@ -27,9 +29,9 @@ calls ``await delivery.ensure_held()`` first (see ``app/queue/delivery.py``).
 Observability hooks (both optional, both generic):
 
 - ``on_handled(topic, group, outcome, seconds)`` is called after every handler run
-  with its outcome (``acked``, ``held``, ``retried``, ``dead_lettered``, ``released``,
-  ``lease_lost``, ``error``) and wall time; an observer that raises is logged and
-  ignored.
+  with its outcome (``acked``, ``held``, ``waiting`` (the guard held it), ``retried``,
+  ``dead_lettered``, ``released``, ``lease_lost``, ``error``) and wall time; an
+  observer that raises is logged and ignored.
 - Log context: around each handler the ids ``topic``, ``group``, ``message_id``,
   ``partition_key`` and ``attempt`` are bound with ``structlog.contextvars`` (so every
   log line the handler writes carries them), plus whatever ``log_context(payload)``
@@ -52,6 +54,7 @@ import structlog
 from app.queue.broker import Broker
 from app.queue.classify import classify
 from app.queue.delivery import Delivery, Lease
+from app.queue.guard import Guard, Ruling
 from app.queue.records import ClaimedDelivery
 
 log = logging.getLogger("submitqueue.queue")
@@ -106,6 +109,7 @@ class ConsumerCounters:
 
     acked: int = 0
     held: int = 0
+    waiting: int = 0  # held by the guard (a dependency is down)
     retried: int = 0
     dead_lettered: int = 0
     lease_lost: int = 0
@@ -123,9 +127,10 @@ class Consumer:
 
     def __init__(self, broker: Broker, spec: ConsumerSpec, *, poll_interval_ms: int = 500,
                  chaos: Chaos | None = None, on_handled: HandledObserver | None = None,
-                 log_context: LogContext | None = None) -> None:
+                 log_context: LogContext | None = None, guard: Guard | None = None) -> None:
         self.broker = broker
         self.on_handled = on_handled
+        self.guard = guard if not broker.topology.spec(spec.topic).is_dlq else None
         self.log_context = log_context
         self.spec = spec
         self.topic_spec = broker.topology.spec(spec.topic)
@@ -256,6 +261,11 @@ class Consumer:
         outcome = "error"
         started = time.perf_counter()
         try:
+            ruling = await self._ask("before", cd)
+            if ruling is not None:
+                extender.cancel()
+                outcome = await self._rule(cd, ruling, error=ruling.error)
+                return
             try:
                 try:
                     await self.spec.controller.process(delivery)
@@ -282,6 +292,7 @@ class Consumer:
                     outcome = "lease_lost"
                     _only_our_cancel(handler, lease)
                 else:
+                    await self._ask("succeeded", cd, held=delivery.held_ms is not None)
                     outcome = "acked" if delivery.held_ms is None else "held"
                     ok = await self._settle(
                         self.broker.ack(cd) if delivery.held_ms is None
@@ -312,8 +323,39 @@ class Consumer:
             raise ChaosFailure("chaos mode: failing after the handler's writes")
         return delivery
 
+    async def _ask(self, what: str, cd: ClaimedDelivery,
+                   exc: BaseException | None = None, held: bool = False) -> Ruling | None:
+        """Ask the guard (if any); a guard that fails is logged and ignored."""
+        if self.guard is None:
+            return None
+        try:
+            if what == "before":
+                return await self.guard.before(cd)
+            if what == "failed":
+                assert exc is not None
+                return await self.guard.failed(cd, exc)
+            await self.guard.succeeded(cd, held=held)
+        except Exception:
+            log.warning("consumer guard failed", extra={"consumer": self.name}, exc_info=True)
+        return None
+
+    async def _rule(self, cd: ClaimedDelivery, ruling: Ruling, *, error: str) -> str:
+        """Carry out a guard's ruling: hold (``waiting``) or dead-letter at once."""
+        if ruling.hold_ms is not None:
+            ok = await self._settle(self.broker.hold(cd, delay_ms=ruling.hold_ms))
+            return "waiting" if ok is not False else "lease_lost"
+        log.warning("guard gave up on a message; dead-lettering",
+                    extra={"consumer": self.name, "message_id": cd.message.message_id,
+                           "error": error})
+        detail = {"retryable": True, "reason": "guard", **ruling.detail}
+        ok = await self._settle(self.broker.dead_letter(cd, error=error, detail=detail))
+        return "dead_lettered" if ok is not False else "lease_lost"
+
     async def _failed(self, cd: ClaimedDelivery, exc: Exception) -> str:
         park_now = bool(getattr(exc, "park", False))
+        ruling = None if park_now else await self._ask("failed", cd, exc)
+        if ruling is not None:
+            return await self._rule(cd, ruling, error=ruling.error or describe_error(exc))
         retryable = not park_now and (self.topic_spec.always_retry or classify(exc))
         error = describe_error(exc)
         if retryable and cd.attempt < self.topic_spec.max_attempts:
@@ -381,11 +423,12 @@ class ConsumerService:
         chaos: Chaos | None = None,
         on_handled: HandledObserver | None = None,
         log_context: LogContext | None = None,
+        guard: Guard | None = None,
     ) -> None:
         self.broker = broker
         self.consumers = [
             Consumer(broker, s, poll_interval_ms=poll_interval_ms, chaos=chaos,
-                     on_handled=on_handled, log_context=log_context)
+                     on_handled=on_handled, log_context=log_context, guard=guard)
             for s in specs
         ]
         self.shutdown_grace_ms = shutdown_grace_ms

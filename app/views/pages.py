@@ -19,13 +19,16 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
+from typing import Any
 
 from app.db.repos import batches as batch_repo
+from app.db.repos import circuits as circuit_repo
 from app.db.repos import request_log as log_repo
 from app.db.repos import views as view_repo
 from app.domain.entities import Batch, RequestSummary
 from app.domain.errors import ValidationError
 from app.domain.ids import request_id, request_number
+from app.domain.outages import waiting_text
 from app.domain.queue_config import QueueConfig
 from app.domain.states import BatchState, PublicStatus
 from app.speculation import core
@@ -40,6 +43,7 @@ from app.views.schemas import (
     DependencyOut,
     EvidenceOut,
     ForecastOut,
+    OutageOut,
     OverviewOut,
     PathOut,
     RemovalOut,
@@ -146,6 +150,7 @@ async def overview(rt: ViewRuntime, config: QueueConfig, timings: TimingCache) -
         counts = (await log_repo.counts_by_status(s, queues=[queue])).get(queue, {})
         live = await view_repo.in_flight(s, queue=queue, limit=IN_FLIGHT_LIMIT + 1)
         recent = await view_repo.recent_terminal(s, queue=queue, limit=RECENT_LIMIT)
+        outages = await open_outages(s, queue=queue, now_ms=rt.broker.clock())
     truncated = len(live) > IN_FLIGHT_LIMIT
     live = live[:IN_FLIGHT_LIMIT]
     state = await load_queue_state(rt, queue, timing_=await timings.get(rt, queue),
@@ -162,7 +167,18 @@ async def overview(rt: ViewRuntime, config: QueueConfig, timings: TimingCache) -
         batches=[batch_out(state, b) for b in state.active[:IN_FLIGHT_LIMIT]],
         recent=[row(rt, state, x, _batch_md(x)) for x in recent],
         timing=timing_out(state), truncated=truncated or len(state.active) > IN_FLIGHT_LIMIT,
+        outages=outages,
     )
+
+
+async def open_outages(s: Any, *, queue: str, now_ms: int) -> list[OutageOut]:
+    """The open circuits of ``queue``'s dependencies (``<kind>:<queue>``)."""
+    circuits = await circuit_repo.load_all(s)
+    return [OutageOut(dependency=c.dependency, status=c.status.value, since_ms=c.opened_at_ms,
+                      open_for_ms=c.open_for_ms(now_ms), next_probe_ms=c.probe_at_ms,
+                      failures=c.failures, text=waiting_text(c, now_ms=now_ms))
+            for c in sorted(circuits.values(), key=lambda c: c.dependency)
+            if c.is_open and c.dependency.partition(":")[2] == queue]
 
 
 def _batch_md(s: RequestSummary) -> str | None:
@@ -179,6 +195,8 @@ async def request_view(rt: ViewRuntime, queue: str, n: int,
         history = await view_repo.history_of(s, queue=queue, request_ids=[sqid],
                                              limit=HISTORY_LIMIT)
         own = await batch_repo.for_request(s, queue=queue, request_id=sqid)
+        outages = [] if summary.status in TERMINAL else \
+            await open_outages(s, queue=queue, now_ms=rt.broker.clock())
     batch_id = own[-1].id if own else None
     state = await load_queue_state(rt, queue, timing_=await timings.get(rt, queue),
                                    extra=[batch_id] if batch_id else [], requests=[sqid])
@@ -210,7 +228,7 @@ async def request_view(rt: ViewRuntime, queue: str, n: int,
             evidence=[EvidenceOut(label=e.label, url=e.url) for e in removal.evidence]),
         cancellable=summary.status not in TERMINAL
         and summary.status != PublicStatus.CANCELLING.value,
-        timing=timing_out(state), now_ms=state.now_ms,
+        timing=timing_out(state), now_ms=state.now_ms, outages=outages,
     )
 
 

@@ -88,6 +88,17 @@ class RequestRowOut(BaseModel):
         description="Landed only: the target commit each change landed as, in order.")
 
 
+class OutageOut(BaseModel):
+    dependency: str = Field(description="e.g. repository:<queue>, builds:<queue>.")
+    status: str = Field(description="open (only open circuits are listed).")
+    since_ms: int
+    open_for_ms: int
+    next_probe_ms: int = Field(description="When the next probe runs (epoch ms).")
+    failures: int
+    text: str = Field(description="'waiting: <dependency> unreachable since <time>, "
+                                  "retrying (next in 40 s)'.")
+
+
 class StageGroupOut(BaseModel):
     stage: str
     requests: list[RequestRowOut]
@@ -104,6 +115,8 @@ class OverviewOut(BaseModel):
     recent: list[RequestRowOut] = Field(description="Terminal requests, newest first.")
     timing: TimingOut
     truncated: bool = Field(description="True when a list hit its limit.")
+    outages: list[OutageOut] = Field(default=[], description=(
+        "Open circuits of the queue's dependencies (requests that need them wait)."))
 
 
 class TrailEntryOut(BaseModel):
@@ -138,6 +151,7 @@ class EvidenceOut(BaseModel):
 
 class RemovalOut(BaseModel):
     kind: str = Field(description="build_failed | merge_conflict | cancelled | dead_lettered "
+                                  "| dependency_unavailable "
                                   "| duplicate | rejected | error")
     text: str
     stage: str
@@ -154,6 +168,8 @@ class RequestViewOut(BaseModel):
     cancellable: bool
     timing: TimingOut
     now_ms: int
+    outages: list[OutageOut] = Field(default=[], description=(
+        "Open circuits this live request waits on (empty once it is terminal)."))
 
 
 class SearchHitOut(BaseModel):

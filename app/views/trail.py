@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.domain.entities import RequestLog
+from app.domain.outages import UNAVAILABLE_PREFIX
 from app.domain.states import Assumption, LogType
 from app.speculation.core import NO_PATH_PASSED
 
@@ -166,6 +167,11 @@ def removal(
     if status != "error":
         return None
     err = last_error or "no reason was recorded"
+    if err.startswith(UNAVAILABLE_PREFIX):
+        return Removal("dependency_unavailable",
+                       "A dependency stayed unreachable for longer than the queue's retry "
+                       f"window: {err.removeprefix(UNAVAILABLE_PREFIX).strip()}. Submit it "
+                       "again once the dependency is back.")
     m = _DLQ.match(err)
     if m:
         n = int(m["n"])

@@ -4,7 +4,9 @@ import {
   api, clock, coalesce, duration, fill, h, keepPlace, liveUpdates, showError, sqidLink,
   statusBadge, tick, timeElement,
 } from "./lib.js";
-import { changesList, dependencyList, forecastLine, pathsTable } from "./render.js";
+import {
+  changesList, dependencyList, forecastLine, outageBanner, pathsTable,
+} from "./render.js";
 import { initSearch } from "./search.js";
 
 const STAGE_TITLES = {
@@ -18,7 +20,7 @@ const COUNT_ORDER = ["accepted", "started", "validating", "validated", "batching
   "speculating", "speculated", "landing", "cancelling", "landed", "error", "cancelled"];
 
 const queue = decodeURIComponent(window.location.pathname.split("/")[2] || "");
-const els = Object.fromEntries(["title", "description", "error", "counts", "timing",
+const els = Object.fromEntries(["title", "description", "outages", "error", "counts", "timing",
   "stages", "batches", "recent", "live"].map((id) => [id, document.getElementById(id)]));
 
 function requestCard(r) {
@@ -100,6 +102,7 @@ async function refresh() {
       fill(els.title, `Queue ${o.queue}`);
       document.title = `${o.queue} · SubmitQueue`;
       fill(els.description, o.description || "");
+      fill(els.outages, outageBanner(o.outages));
       renderCounts(o.counts, o.timing, o.build_budget);
       renderStages(o.stages);
       renderBatches(o.batches);

@@ -44,3 +44,10 @@ export function dependencyList(deps) {
     h("code", {}, d.id), " ", d.state ? statusBadge(d.state) : "unknown",
     d.requests.length ? [" — ", d.requests.map((s, i) => [i ? ", " : "", sqidLink(s)])] : null)));
 }
+
+// Open circuits: "waiting: repository:q unreachable since <time>, retrying (next in 40 s)".
+export function outageBanner(outages) {
+  if (!outages || !outages.length) return null;
+  return h("div", { class: "outage", role: "status" }, outages.map((o) =>
+    h("p", { dataset: { dependency: o.dependency } }, o.text)));
+}

@@ -4,7 +4,7 @@ import {
   api, clock, coalesce, duration, etaElement, fill, h, keepPlace, liveUpdates, percent,
   queuePath, showError, statusBadge, tick, timeElement,
 } from "./lib.js";
-import { dependencyList, pathsTable } from "./render.js";
+import { dependencyList, outageBanner, pathsTable } from "./render.js";
 import { initSearch } from "./search.js";
 
 const parts = window.location.pathname.split("/");
@@ -18,6 +18,7 @@ const REMOVAL_TITLES = {
   merge_conflict: "Removed: merge conflict",
   cancelled: "Cancelled",
   dead_lettered: "Removed: dead-lettered",
+  dependency_unavailable: "Removed: a dependency stayed unreachable",
   duplicate: "Removed: duplicate",
   rejected: "Removed: rejected",
   error: "Removed: error",
@@ -54,7 +55,7 @@ function renderNext(view) {
   }
   fill($("next-h"), "What happens next");
   const f = r.forecast;
-  fill(box, h("dl", { class: "facts" },
+  fill(box, outageBanner(view.outages), h("dl", { class: "facts" },
     h("div", {}, h("dt", {}, "Chance to land"),
       h("dd", { class: "p-land" }, f ? percent(f.p_land) : "unknown")),
     h("div", {}, h("dt", {}, "Chance the builds under way count"),

@@ -209,7 +209,8 @@ async def test_the_scheduler_starts_and_stops_with_the_runtime(
     async with serve(database_url, tmp_path, speculate_resync_ms=200) as server:
         rt = server.runtime
         assert rt.scheduler.running
-        assert rt.scheduler.jobs[:3] == ["metrics-refresh", "speculate-resync", "queue-gc"]
+        assert rt.scheduler.jobs[:4] == ["metrics-refresh", "speculate-resync", "outage-notify",
+                                         "queue-gc"]
         await until("a resync ran", lambda: _true(rt.scheduler.runs.get("speculate-resync")))
         assert rt.resync is not None and rt.resync.published == 0  # no active batch
     assert not rt.scheduler.running and not rt.scheduler._in_progress

@@ -273,7 +273,8 @@ async def test_git_failing_for_another_reason_is_errored(
     build_id = await runner.trigger(request(head))
     report = await finished(runner, build_id)
     assert report.status is BuildStatus.ERRORED
-    assert report.detail.startswith("infrastructure failure while preparing the tree: GitError")
+    assert report.detail.startswith(
+        "infrastructure failure while preparing the tree: Unreachable: git ls-remote")
 
 
 async def test_nothing_from_a_uri_or_a_commit_message_reaches_a_shell(

@@ -91,8 +91,8 @@ async def test_the_periodic_jobs_run_on_the_one_scheduler_and_show_in_metrics(
     jobs of the runtime's scheduler (no service runs a loop of its own), and each run is
     counted in /metrics."""
     rt = _runtime(tmp_path, metrics_refresh_ms=100, queue_gc_interval_ms=1000)
-    assert rt.scheduler.jobs == ["metrics-refresh", "speculate-resync", "queue-gc",
-                                 "build-heartbeat:sandbox"]
+    assert rt.scheduler.jobs == ["metrics-refresh", "speculate-resync", "outage-notify",
+                                 "queue-gc", "build-heartbeat:sandbox"]
     await rt.start()
     try:
         await until("every job ran", lambda: _all_ran(rt), timeout=20)

@@ -110,7 +110,12 @@ def original_topic(msg: StoredMessage) -> str:
 
 
 def failure_text(msg: StoredMessage) -> str:
-    """``dead-lettered from build after 10 attempts: ConnectionError: ...``."""
+    """``dead-lettered from build after 10 attempts: ConnectionError: ...``; for a
+    message the outage guard gave up on, its own text (``dependency unavailable: ...``,
+    the typed reason ``dependency_unavailable``)."""
+    if (msg.failure_detail or {}).get("reason") == "dependency_unavailable" and \
+            msg.last_error:
+        return msg.last_error
     n = msg.failure_count or 0
     attempts = f"{n} attempt{'' if n == 1 else 's'}"
     return (f"dead-lettered from {original_topic(msg)} after {attempts}: "

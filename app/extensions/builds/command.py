@@ -19,6 +19,7 @@ see: ``SQ_BASE``/``SQ_HEAD`` name the commits).
 |---|---|---|
 | exit 0 | ``succeeded`` | ``command exited 0 ...`` |
 | exit != 0, killed, or could not start | ``failed`` | exit code or reason |
+| exit in ``infra_exit_codes`` (default 75) | stays ``running`` ("waiting for the build system") | ``status()`` raises ``BuildSystemUnavailable`` and runs the command again (so the outage guard paces the retries); the heartbeat also reruns it after ``infra_retry_ms`` |
 | ``timeout_s`` passed | ``failed`` | ``timed out after Ns`` (group SIGTERM, then SIGKILL) |
 | the changes conflict with each other or the target, a URI is unusable, a commit is stale | ``failed`` | the reason, naming the change and the conflicting paths |
 | git failed otherwise (network, disk) | ``errored`` | ``could not prepare the tree: ...`` |
@@ -65,7 +66,13 @@ from typing import Any
 from app.domain.build_run import BuildRun
 from app.domain.errors import NotFound
 from app.domain.states import BuildStatus
-from app.extensions.base import BuildReport, BuildRequest, BuildStore, PeriodicJob
+from app.extensions.base import (
+    BuildReport,
+    BuildRequest,
+    BuildStore,
+    BuildSystemUnavailable,
+    PeriodicJob,
+)
 from app.extensions.builds.process import (
     PYTHON_PLACEHOLDER,
     LogBuffer,
@@ -93,6 +100,7 @@ HEARTBEAT_MS = 2000
 LOST_AFTER_HEARTBEATS = 5
 KILL_GRACE_S = 5.0
 LOST_DETAIL = "lost: the process running it stopped"
+INFRA_DETAIL = "waiting for the build system: "
 
 
 def wall_clock_ms() -> int:
@@ -112,6 +120,8 @@ class _Live:
     pid: int | None = None
     phase: str = "waiting for a build slot"
     stopping: str = ""  # why the runner stops it ("" = not stopping)
+    infra: str = ""  # the last run exited with an infrastructure code: why ("" = no)
+    infra_at_ms: int = 0
 
 
 class CommandBuildRunner:
@@ -131,6 +141,8 @@ class CommandBuildRunner:
         kill_grace_s: float = KILL_GRACE_S,
         git_timeout: float = DEFAULT_TIMEOUT,
         sandbox: Bwrap | None = Bwrap(),  # noqa: B008 - frozen; None = unsandboxed
+        infra_exit_codes: Sequence[int] = (75,),
+        infra_retry_ms: int = 30_000,
     ) -> None:
         if not command:
             raise ValueError("the build command must name a program")
@@ -148,6 +160,9 @@ class CommandBuildRunner:
         self.lost_after_ms = lost_after_ms or heartbeat_ms * LOST_AFTER_HEARTBEATS
         self.kill_grace_s = kill_grace_s
         self.git_timeout = git_timeout
+        self.infra_exit_codes = frozenset(infra_exit_codes)
+        self.infra_retry_ms = infra_retry_ms
+        self.down = ""  # why the build system is down (a build's infrastructure exit)
         self.clock = wall_clock_ms
         host = socket.gethostname()
         self.owner = f"{host}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
@@ -187,6 +202,9 @@ class CommandBuildRunner:
                 tasks.append(live.task)
         if tasks:
             await asyncio.wait(tasks, timeout=self.kill_grace_s + 10)
+        for build_id, live in list(self._live.items()):
+            if live.infra and live.task is None:  # waiting for the build system
+                await self._end(build_id, live, Outcome(BuildStatus.ERRORED, live.stopping))
         if self.trees.name != "trees":  # our own directory: gone if nothing is left in it
             with contextlib.suppress(OSError):
                 self.trees.rmdir()
@@ -228,8 +246,9 @@ class CommandBuildRunner:
 
     async def beat(self) -> None:
         """One heartbeat: the store learns this instance's unfinished runs are alive and
-        gets their logs so far; runs cancelled from another process are stopped. A
-        failure is logged and the next beat tries again."""
+        gets their logs so far; runs cancelled from another process are stopped, and a
+        run parked by an infrastructure failure is re-run once its retry time passed.
+        A failure is logged and the next beat tries again."""
         if not self._running or not self._live:
             return
         try:
@@ -240,6 +259,8 @@ class CommandBuildRunner:
                     live.cancelled.set()
             for build_id, live in list(self._live.items()):
                 await self._flush(build_id, live)
+                if live.infra and self.clock() - live.infra_at_ms > self.infra_retry_ms:
+                    self._rerun(build_id, live)
         except Exception:
             log.warning("build heartbeat failed; retrying", exc_info=True)
 
@@ -257,6 +278,9 @@ class CommandBuildRunner:
         build_id = request.build_id("cmd")
         if build_id in self._live or await self.store.get(build_id) is not None:
             return build_id  # started before (here or by another process): it reports
+        if self.down:  # the build system is known down: start nothing until it answers
+            raise BuildSystemUnavailable(f"the build system of queue {self.queue} is down "
+                                         f"({self.down}); no new build starts until it answers")
         now = self.clock()
         await self.store.create(BuildRun(
             id=build_id, queue=request.queue, runner="command", batch_id=request.batch_id,
@@ -275,7 +299,17 @@ class CommandBuildRunner:
         return build_id
 
     async def status(self, build_id: str) -> BuildReport:
+        live = self._live.get(build_id)
+        if live is not None and live.infra:
+            why = live.infra
+            self._rerun(build_id, live)
+            raise BuildSystemUnavailable(
+                f"build {build_id} of queue {self.queue}: {why}; running it again")
         run = await self.store.get(build_id)
+        if run is not None and not run.status.terminal and build_id not in self._live and \
+                run.detail.startswith(INFRA_DETAIL):
+            raise BuildSystemUnavailable(f"build {build_id} of queue {self.queue}: "
+                                         f"{run.detail.removeprefix(INFRA_DETAIL)}")
         if run is None:
             raise NotFound(f"build {build_id!r} is unknown to the command runner of queue "
                            f"{self.queue!r}")
@@ -290,16 +324,61 @@ class CommandBuildRunner:
 
     async def cancel(self, build_id: str) -> None:
         live = self._live.get(build_id)
+        if live is not None and live.infra and live.task is None:
+            await self._end(build_id, live, Outcome(
+                BuildStatus.CANCELLED, "cancelled while waiting for the build system"))
+            return
         if live is not None:
             live.cancelled.set()
             return
         await self.store.request_cancel(build_id)
 
     # -- one build -------------------------------------------------------------
+    def waiting(self, build_id: str) -> bool:
+        """The build's last run exited with an infrastructure code and it has not run
+        again since (this instance's builds only)."""
+        live = self._live.get(build_id)
+        return live is not None and bool(live.infra)
+
+    def _rerun(self, build_id: str, live: _Live) -> None:
+        """Run a build again whose last run exited with an infrastructure code."""
+        if not live.infra or live.task is not None:
+            return
+        live.log.line(f"running it again ({live.infra})")
+        live.infra = ""
+        live.phase = "waiting for a build slot"
+        live.task = asyncio.create_task(self._run(build_id, live), name=f"sq-build-{build_id}")
+
+    async def _park(self, build_id: str, live: _Live, outcome: Outcome) -> None:
+        """The command exited with an infrastructure code: no verdict; keep the build
+        live (``running``) until the build system answers and it runs again."""
+        why = f"the build command {outcome.detail} (an infrastructure exit code)"
+        live.pid = None
+        live.log.line(f"{INFRA_DETAIL}{why}")
+        await self._flush(build_id, live)
+        await self.store.update(build_id, now_ms=self.clock(), detail=INFRA_DETAIL + why)
+        live.infra, live.infra_at_ms, self.down = why, self.clock(), why
+        live.task = None
+
+    async def _end(self, build_id: str, live: _Live, outcome: Outcome) -> None:
+        if outcome.status in (BuildStatus.SUCCEEDED, BuildStatus.FAILED):
+            self.down = ""  # a verdict: the build system answers again
+        try:
+            await self._finish(build_id, live, outcome)
+        finally:
+            self._live.pop(build_id, None)
+            shutil.rmtree(self._home(build_id), ignore_errors=True)
+
     async def _run(self, build_id: str, live: _Live) -> None:
         outcome = Outcome(BuildStatus.ERRORED, "the build ended without a verdict")
+        parked = False
         try:
             outcome = await self._build(build_id, live)
+            infra = outcome.exit_code in self.infra_exit_codes
+            parked = infra and not live.cancelled.is_set()
+            if infra and not parked:
+                outcome = Outcome(BuildStatus.CANCELLED, "cancelled while it waited for the "
+                                                         "build system", outcome.exit_code)
         except asyncio.CancelledError:
             if live.pid is not None:
                 kill_group(live.pid)
@@ -314,12 +393,16 @@ class CommandBuildRunner:
             outcome = Outcome(BuildStatus.ERRORED, f"infrastructure failure while {live.phase}: "
                                                    f"{type(exc).__name__}: {exc}")
             log.warning("build %s errored", build_id, exc_info=True)
-        finally:
+        if parked:
             try:
-                await self._finish(build_id, live, outcome)
-            finally:
-                self._live.pop(build_id, None)
                 shutil.rmtree(self._home(build_id), ignore_errors=True)
+                await self._park(build_id, live, outcome)
+                return
+            except Exception as exc:
+                live.infra = ""
+                outcome = Outcome(BuildStatus.ERRORED, f"could not wait for the build system: "
+                                                       f"{type(exc).__name__}: {exc}")
+        await self._end(build_id, live, outcome)
 
     async def _build(self, build_id: str, live: _Live) -> Outcome:
         waiting = asyncio.create_task(self._slots.acquire())

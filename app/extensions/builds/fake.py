@@ -10,8 +10,8 @@ Tokens (``sq-fake=<token>``), read from every change of the request, base and he
 
 | Token | Effect |
 |---|---|
-| ``trigger-error`` | ``trigger`` raises ``ConnectionError`` (retryable infrastructure error) |
-| ``build-error`` | ``status`` raises ``ConnectionError`` (the queue retries, then dead-letters) |
+| ``trigger-error`` | ``trigger`` raises ``FakeConnectionError`` (retried, then dead-lettered) |
+| ``build-error`` | ``status`` raises ``FakeConnectionError`` (retried, then dead-lettered) |
 | ``build-fail`` | the build finishes FAILED |
 | ``build-lost`` | a path's first attempt ends ERRORED (as if its runner died); later ones go on |
 
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from app.domain.change_uri import parse_change_uri
 from app.domain.states import BuildStatus
-from app.extensions.base import BuildReport, BuildRequest
+from app.extensions.base import BuildReport, BuildRequest, FakeConnectionError
 
 TRIGGER_ERROR = "trigger-error"
 BUILD_ERROR = "build-error"
@@ -85,7 +85,7 @@ class FakeBuildRunner:
         all_changes = [parse_change_uri(u) for u in (*request.base_changes, *request.head_changes)]
         tokens: set[str] = set().union(*(c.fake_tokens for c in all_changes))
         if TRIGGER_ERROR in tokens:
-            raise ConnectionError("fake build service refused the trigger")
+            raise FakeConnectionError("fake build service refused the trigger")
         if BUILD_ERROR in tokens:
             outcome = "error"
         elif BUILD_LOST in tokens and request.attempt == 1:
@@ -104,7 +104,7 @@ class FakeBuildRunner:
         if build_id in self._cancelled:  # recorded only if cancelled before it finished
             return BuildReport(BuildStatus.CANCELLED, detail="cancelled")
         if bid.outcome == "error":
-            raise ConnectionError(f"fake build service lost build {build_id} ({BUILD_ERROR})")
+            raise FakeConnectionError(f"fake build service lost build {build_id} ({BUILD_ERROR})")
         if self.clock() < bid.finish_at_ms:
             return BuildReport(BuildStatus.RUNNING)
         if bid.outcome == "lost":

@@ -6,10 +6,11 @@
 |---|---|---|
 | ``merge-conflict`` | fails: ``merge conflict in <files>`` | fails likewise |
 | ``merge-conflict-late`` | passes | fails (a conflict after a passed build) |
-| ``merge-error`` | raises ``ConnectionError`` | raises ``ConnectionError`` |
-| ``merge-error-late`` | passes | raises ``ConnectionError`` |
+| ``merge-error`` | raises ``FakeConnectionError`` | raises ``FakeConnectionError`` |
+| ``merge-error-late`` | passes | raises ``FakeConnectionError`` |
 
-``ConnectionError`` is an infrastructure error: the queue retries, then dead-letters.
+``FakeConnectionError`` (a ``ConnectionError`` marked ``infrastructure = False``): the
+queue retries it within its attempt budget, then dead-letters (the outage guard leaves it be).
 The conflicting paths are the change's ``sq-files`` or its default file (see
 ``app.extensions.changes.fake.default_paths``).
 
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 
-from app.extensions.base import MergeOutcome, MergeSpec
+from app.extensions.base import FakeConnectionError, MergeOutcome, MergeSpec
 from app.extensions.changes.fake import default_paths, parse_or_reject
 
 MERGE_CONFLICT = "merge-conflict"
@@ -62,7 +63,7 @@ class FakeMerger:
         changes = [parse_or_reject(u) for u in _uris(spec)]
         for change in changes:
             if change.fake_tokens & errors:
-                raise ConnectionError(
+                raise FakeConnectionError(
                     f"fake merge service unavailable while merging {change.raw} ({spec.id})"
                 )
         conflicting = [c for c in changes if c.fake_tokens & conflicts]
