@@ -4,7 +4,8 @@ metadata objects are handed to Alembic (``alembic/env.py``).
 Ownership (enforced by which repository module may touch a table):
 - orchestrator: ``counters`` (domains ``batch`` and ``speculation_plan``, the plan
   version that fences a speculate run's write), ``requests``, ``changes``, ``batches``,
-  ``request_batches``, ``batch_claims``, ``path_sets``, ``builds``, ``path_builds``;
+  ``request_batches``, ``batch_claims``, ``path_sets``, ``builds``, ``path_builds``,
+  ``trunk_epochs``;
 - gateway: ``counters`` (domain ``request``), ``request_summaries``, ``request_log``,
   ``change_uri_requests``, ``change_claims``, ``idempotency_keys``;
 - admin API: ``admin_audit`` (append only);
@@ -131,8 +132,27 @@ builds = sa.Table(
     sa.Column("status", sa.String(30), nullable=False),
     sa.Column("version", sa.Integer, nullable=False),
     sa.Column("log_url", sa.Text, nullable=False, server_default=""),
+    # what it tested (revision 0008): target tip, changes applied, commit, tree
+    sa.Column("base_sha", sa.String(64), nullable=False, server_default=""),
+    sa.Column("commit_sha", sa.String(64), nullable=False, server_default=""),
+    sa.Column("tree_sha", sa.String(64), nullable=False, server_default=""),
+    sa.Column("changes_json", sa.Text, nullable=False, server_default="[]"),
+    sa.Column("epoch", sa.Integer, nullable=False, server_default="0"),
     *_ts(),
     sa.Index("ix_builds_batch", "queue", "batch_id"),
+)
+
+# A target moved outside the queue (revision 0008): one row per move the merger found;
+# ``rebuilt`` counts the paths the speculation refuted and rebuilt because of it.
+trunk_epochs = sa.Table(
+    "trunk_epochs",
+    metadata,
+    sa.Column("queue", sa.String(Q), primary_key=True),
+    sa.Column("epoch", sa.Integer, primary_key=True),
+    sa.Column("tip_sha", sa.String(64), nullable=False),
+    sa.Column("batch_id", sa.String(ID), nullable=False, server_default=""),
+    sa.Column("rebuilt", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("detected_at_ms", sa.BigInteger, nullable=False),
 )
 
 path_builds = sa.Table(
@@ -169,6 +189,7 @@ build_runs = sa.Table(
     sa.Column("heartbeat_ms", sa.BigInteger, nullable=False),
     sa.Column("cancel_requested", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("log", sa.Text, nullable=False, server_default=""),
+    sa.Column("tested_json", sa.Text, nullable=False, server_default=""),  # 0008
     *_ts(),
     sa.Index("ix_build_runs_owner", "owner", "status"),
     sa.Index("ix_build_runs_owner_group", "owner_group", "status"),

@@ -2,7 +2,9 @@
 
 Per build: wait for one of ``max_parallel`` slots (the build is ``accepted`` meanwhile),
 go ``running``, make the tree (``tree.py``: target tip, then the base changes, then
-the head's, in a worktree under ``<work_dir>/builds/trees/<build id>``), run the
+the head's, in the shape their strategies land them, in a worktree under
+``<work_dir>/builds/trees/<build id>``), record what it tests (the tip, the changes,
+``HEAD`` and ``HEAD^{tree}``: ``BuildReport.tested``), run the
 configured argv there (``process.py``: no shell, a fixed environment, a timeout, the
 whole process group killed at the end) inside the queue's sandbox (``sandbox.py``:
 bubblewrap, unless ``build_runner.sandbox: none``), store the verdict, remove the tree.
@@ -64,7 +66,7 @@ from typing import Any
 from app.domain.build_run import BuildRun
 from app.domain.errors import NotFound
 from app.domain.states import BuildStatus
-from app.extensions.base import BuildReport, BuildRequest, BuildStore
+from app.extensions.base import BuildReport, BuildRequest, BuildStore, TestedTree
 from app.extensions.builds.process import (
     PYTHON_PLACEHOLDER,
     LogBuffer,
@@ -284,7 +286,8 @@ class CommandBuildRunner:
             detail = f"{LOST_DETAIL} (no heartbeat for {silent:.0f}s)"
             run = await self.store.update(build_id, now_ms=self.clock(),
                                           status=BuildStatus.ERRORED, detail=detail) or run
-        return BuildReport(run.status, log_url=run.log_url, detail=run.detail)
+        return BuildReport(run.status, log_url=run.log_url, detail=run.detail,
+                           tested=run.tested)
 
     async def cancel(self, build_id: str) -> None:
         live = self._live.get(build_id)
@@ -342,8 +345,10 @@ class CommandBuildRunner:
             async with speculative_tree(
                 path=self.trees / build_id, mirror_for=self._mirror, repos=self.repos,
                 target_branch=self.target_branch, base_changes=request.base_changes,
-                head_changes=request.head_changes, say=live.log.line,
+                head_changes=request.head_changes, say=live.log.line, steps=request.steps,
             ) as tree:
+                await self.store.update(build_id, now_ms=self.clock(), tested=TestedTree(
+                    base=tree.base, commit=tree.head, tree=tree.tree, changes=tree.changes))
                 if live.cancelled.is_set():
                     return Outcome(BuildStatus.CANCELLED, "cancelled before the command ran")
                 live.phase = "running the command"

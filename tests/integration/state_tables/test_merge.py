@@ -40,6 +40,8 @@ Member = tuple[RequestState, int] | None
 BATCHED: Member = (RequestState.BATCHED, 3)
 
 
+RESULT_DEFAULTS = {"code": "", "tip": "", "moved": False, "round": 0}  # not untested_tree
+
 def batch_in(state: BatchState, second: Member = BATCHED, *, uri: str | None = None) -> Seed:
     """Batch 1 holding request 1 (two changes) and request 2 (``second``: its state
     and version, or no row; ``uri``: its one change)."""
@@ -66,7 +68,7 @@ def merged(result: dict[str, Any], second: str = URIS[2][0], *, held: int = 1) -
         assert rig.metrics.timings[-1:] == [("merge", "demo", True)]
         p = rig.broker.payload("mergesignal", B)
         assert p == {"id": B, "queue": "demo", "reason": "", "outputs": [],
-                     "conflicting_paths": [], "commits": {}, **result}
+                     "conflicting_paths": [], "commits": {}, **RESULT_DEFAULTS, **result}
         for n in (1, 2):
             log = rig.broker.payload("log", f"demo/{n}/landing/{B}")
             assert (log["status"], log["timestamp_ms"], log["metadata"]) == (
@@ -80,7 +82,7 @@ def refused(reason: str) -> Check:
         assert rig.calls() == {}
         assert rig.broker.payload("mergesignal", B) == {
             "id": B, "queue": "demo", "outcome": "failed", "outputs": [],
-            "conflicting_paths": [], "commits": {},
+            "conflicting_paths": [], "commits": {}, **RESULT_DEFAULTS,
             "reason": f"refused to land: {reason}; a batch lands only while every member "
                       "is live"}
     return check
