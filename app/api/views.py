@@ -47,8 +47,10 @@ from app.api.view_schemas import (
     TimingOut,
     TrailEntryOut,
     TrailEventOut,
+    TrunkMoveOut,
 )
 from app.db.repos import batches as batch_repo
+from app.db.repos import epochs as epoch_repo
 from app.db.repos import request_log as log_repo
 from app.db.repos import views as view_repo
 from app.domain.entities import Batch, RequestSummary
@@ -189,6 +191,7 @@ async def overview(queue: str, rt: Runtime, timings: Timings) -> OverviewOut:
         counts = (await log_repo.counts_by_status(s, queues=[queue])).get(queue, {})
         live = await view_repo.in_flight(s, queue=queue, limit=IN_FLIGHT_LIMIT + 1)
         recent = await view_repo.recent_terminal(s, queue=queue, limit=RECENT_LIMIT)
+        move = await epoch_repo.latest(s, queue=queue)
     truncated = len(live) > IN_FLIGHT_LIMIT
     live = live[:IN_FLIGHT_LIMIT]
     state = await load_queue_state(rt, queue, timing_=await timings.get(rt, queue),
@@ -205,7 +208,19 @@ async def overview(queue: str, rt: Runtime, timings: Timings) -> OverviewOut:
         batches=[batch_out(state, b) for b in state.active[:IN_FLIGHT_LIMIT]],
         recent=[row(rt, state, x, _batch_md(x)) for x in recent],
         timing=timing_out(state), truncated=truncated or len(state.active) > IN_FLIGHT_LIMIT,
+        trunk_move=_move_out(move, config.git.target_branch if config.git else "the target"),
     )
+
+
+def _move_out(move: epoch_repo.Epoch | None, branch: str) -> TrunkMoveOut | None:
+    if move is None:
+        return None
+    paths = "path" if move.rebuilt == 1 else "paths"
+    return TrunkMoveOut(
+        target_branch=branch, tip_sha=move.tip_sha, epoch=move.epoch, rebuilt=move.rebuilt,
+        detected_at_ms=move.detected_at_ms,
+        notice=f"{branch} moved outside the queue at {move.tip_sha[:12]}; "
+               f"{move.rebuilt} {paths} rebuilt")
 
 
 def _batch_md(s: RequestSummary) -> str | None:

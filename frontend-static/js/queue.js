@@ -19,7 +19,7 @@ const COUNT_ORDER = ["accepted", "started", "validating", "validated", "batching
 
 const queue = decodeURIComponent(window.location.pathname.split("/")[2] || "");
 const els = Object.fromEntries(["title", "description", "error", "counts", "timing",
-  "stages", "batches", "recent", "live"].map((id) => [id, document.getElementById(id)]));
+  "stages", "batches", "recent", "live", "moved"].map((id) => [id, document.getElementById(id)]));
 
 function requestCard(r) {
   return h("li", { class: "req", dataset: { sqid: r.sqid, status: r.status } },
@@ -92,6 +92,13 @@ function renderCounts(counts, timing, budget) {
   fill(els.timing, `Recent builds take ${build}; merges take ${merge}. Build budget: ${budget}.`);
 }
 
+// The newest move of the target outside the queue: a new trunk the paths were rebuilt on.
+function renderMove(move) {
+  els.moved.hidden = !move;
+  fill(els.moved, move ? move.notice : "");
+  if (move) els.moved.title = `${move.tip_sha} (trunk epoch ${move.epoch})`;
+}
+
 async function refresh() {
   try {
     const o = await api(`/api/v1/queues/${encodeURIComponent(queue)}/overview`);
@@ -101,6 +108,7 @@ async function refresh() {
       document.title = `${o.queue} · SubmitQueue`;
       fill(els.description, o.description || "");
       renderCounts(o.counts, o.timing, o.build_budget);
+      renderMove(o.trunk_move);
       renderStages(o.stages);
       renderBatches(o.batches);
       renderRecent(o.recent);
