@@ -93,7 +93,8 @@ async def speculative_tree(
         say(f"tree: {target_branch} at {tip}")
         try:
             if resolved:
-                top = await _apply_steps(mirror, path, resolved, target_branch, tip, say)
+                heads = set(head_changes)
+                top = await _apply_steps(mirror, path, resolved, heads, target_branch, tip, say)
             else:
                 top = await _apply(mirror, path, changes, target_branch, tip, say)
             tree = await tree_of(mirror, top)
@@ -135,7 +136,8 @@ async def _apply(mirror: GitMirror, wt: Path, changes: Sequence[tuple[str, GitCh
 
 async def _apply_steps(mirror: GitMirror, wt: Path,
                        steps: Sequence[tuple[MergeStep, Sequence[GitChange]]],
-                       target_branch: str, tip: str, say: Callable[[str], None]) -> str:
+                       heads: set[str], target_branch: str, tip: str,
+                       say: Callable[[str], None]) -> str:
     try:
         applied = await apply_steps(mirror, wt, steps, single_fast_forward=False)
     except Conflict as exc:
@@ -145,6 +147,7 @@ async def _apply_steps(mirror: GitMirror, wt: Path,
     except Refused as exc:
         raise TreeRefused(str(exc)) from None
     for step, change, commit in applied.landed:
-        say(f"step {step.step_id} ({step.strategy.value}) change {change.uri}: {commit}")
+        role = "head" if change.uri in heads else "base"
+        say(f"{role} change {change.uri} ({step.step_id}, {step.strategy.value}): {commit}")
     say(f"tree: HEAD {applied.tip}")
     return applied.tip
