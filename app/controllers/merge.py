@@ -5,7 +5,8 @@
 | batch ``merging``, every member live | before | log ``landing`` per member; check the delivery still holds its lease (``ensure_held``: a stale holder raises ``LeaseLost`` and never pushes; its successor merges); merge the members' changes in order as one update, handing the merger the trees of the batch's passed builds whose assumptions came true (``MergeSpec.tested``: it lands only one of those, else fails ``untested_tree``; infrastructure errors propagate and are retried; the merger recognises changes already landed); publish the result, with each member's landed commits or the typed failure, to ``mergesignal`` (id = batch id, plus ``/r<n>`` for the n-th round after moves of the target sent the batch back to speculation) |
 | batch ``merging``, a member terminal or missing | superseded | refuse: nothing is merged or pushed, no ``landing`` log; publish a ``failed`` result naming the members and their states to ``mergesignal``, which fails the batch with that reason (the members keep their terminal states; the queue re-plans without the batch) |
 | batch terminal or halted | beyond | ack |
-| batch ``creating`` / ``created`` / ``speculating`` | invalid | raise ``InvalidState`` |
+| batch ``speculating`` after a move of the target sent it back (a trunk epoch names it) | superseded | ack (that round's merge is over; the next round has its own message id) |
+| batch ``creating`` / ``created``, or ``speculating`` with no move on record | invalid | raise ``InvalidState`` |
 | batch missing | invalid | raise ``NotFound`` |
 """  # noqa: E501 - state tables read best unwrapped
 
@@ -19,10 +20,9 @@ from app.db.repos import speculation as spec_repo
 from app.domain.entities import Batch
 from app.domain.errors import InvalidState
 from app.domain.messages import MERGESIGNAL, EntityMsg, ResultMsg
-from app.domain.states import BatchState, PathStatus
+from app.domain.states import Assumption, BatchState, PathStatus
 from app.extensions.base import MergeSpec, MergeStep, TestedTree
 from app.queue import Delivery
-from app.speculation import core
 
 
 class MergeController(StageController):
@@ -33,6 +33,10 @@ class MergeController(StageController):
             members = await request_repo.get_many(s, queue=msg.queue, ids=batch.contains)
         if batch.state.halted:
             return
+        if batch.state is BatchState.SPECULATING:
+            async with self.deps.db.read() as s:
+                if await epoch_repo.rounds(s, queue=batch.queue, batch_id=batch.id):
+                    return  # a move sent it back to speculation: that round's merge is over
         if batch.state is not BatchState.MERGING:
             raise InvalidState(f"batch {batch.id} is {batch.state}; merge needs merging")
         # A member that already ended (say ``error``) must not have its change land:
@@ -69,9 +73,10 @@ class MergeController(StageController):
         ), partition_key=batch.queue, message_id=batch.id + suffix)
 
     async def _tested(self, batch: Batch) -> tuple[TestedTree, ...] | None:
-        """The trees of the batch's passed builds whose assumptions all came true (what
-        may land), or None when none of its passed builds recorded a tree (a runner
-        that records none: the fake ones)."""
+        """The trees of the batch's passed builds whose assumptions match the trunk as it
+        is (each dependency that landed assumed to succeed, every other to fail), or None
+        when none of its passed builds recorded a tree (a runner that records none: the
+        fake ones)."""
         q = batch.queue
         async with self.deps.db.read() as s:
             path_set = (await spec_repo.path_sets(s, queue=q, heads=[batch.id]))[batch.id]
@@ -79,12 +84,15 @@ class MergeController(StageController):
             passed = [e for e in path_set.entries if e.status is PathStatus.PASSED]
             links = await spec_repo.links(s, queue=q, keys=[(e.id, e.attempt) for e in passed])
             builds = await spec_repo.builds_by_id(s, queue=q, ids=links.values())
-        res = {d: core.resolution(b.state) for d, b in deps.items()}
+        landed = {d for d, b in deps.items() if b.state is BatchState.SUCCEEDED}
         found = [builds[links[(e.id, e.attempt)]] for e in passed
                  if links.get((e.id, e.attempt)) in builds]
         if not any(b.tree_sha for b in found):
             return None
-        settled = {e.id for e in passed if core.settled(e.path, res)}
+        # What the trunk holds now: the dependencies that landed, and no other (one
+        # still unsettled, overtaken on full coverage, is not on the trunk yet).
+        now = {e.id for e in passed if all(
+            (a is Assumption.SUCCEEDS) == (d in landed) for d, a in e.path.dependencies)}
         return tuple(TestedTree(base=b.base_sha, commit=b.commit_sha, tree=b.tree_sha,
                                 changes=b.changes, build_id=b.id)
-                     for b in found if b.tree_sha and b.path_id in settled)
+                     for b in found if b.tree_sha and b.path_id in now)

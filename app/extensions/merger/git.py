@@ -187,7 +187,7 @@ class GitMerger:
         tree = await tree_of(mirror, new)
         if any(t.tree == tree for t in tested):
             return None
-        moved = all(t.base != tip for t in tested)
+        moved = bool(tested) and all(t.base != tip for t in tested)
         builds = ", ".join(f"{t.build_id or t.commit} (tree {t.tree[:12]})" for t in tested)
         why = (f"{self.target_branch} is at {tip}, which no passed build started from"
                if moved else f"the strategy's result on {tip} differs from what was built")
