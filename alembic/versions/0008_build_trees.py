@@ -42,6 +42,7 @@ def upgrade() -> None:
     sa.Column('tip_sha', sa.String(length=64), nullable=False),
     sa.Column('batch_id', sa.String(length=200), server_default='', nullable=False),
     sa.Column('rebuilt', sa.Integer(), server_default='0', nullable=False),
+    sa.Column('outside', sa.Boolean(), server_default=sa.true(), nullable=False),
     sa.Column('detected_at_ms', sa.BigInteger(), nullable=False),
     sa.PrimaryKeyConstraint('queue', 'epoch', name=op.f('pk_trunk_epochs'))
     )

@@ -3,7 +3,7 @@
 | Loaded state | Relative to checkpoint | Action |
 |---|---|---|
 | batch ``merging``, result of an earlier round (``round`` below the batch's) | superseded | ack |
-| batch ``merging``, failed ``untested_tree`` with ``moved`` (the target is at a tip no passed build started from: it moved outside the queue) | before | a new fact, not a failure: log ``untested_tree`` (reason, tip) and ``speculating`` per member; in one transaction start a new trunk epoch at that tip and write the batch back to ``speculating``; publish a ``speculate`` wake-up (id names the epoch), which refutes and rebuilds every path built in an older epoch |
+| batch ``merging``, failed ``untested_tree`` with ``moved`` (the target is at a tip no passed build started from: it moved outside the queue) | before | a new fact, not a failure: log ``untested_tree`` (reason, tip) and ``speculating`` per member; in one transaction start a new trunk epoch at that tip (``outside`` unless the tip is a commit another batch of the queue landed: then the epoch is this batch's own) and write the batch back to ``speculating``; publish a ``speculate`` wake-up (id names the epoch), which refutes and rebuilds the paths built in an older epoch (every batch's for an outside move, else this batch's) |
 | batch ``merging``, otherwise | before | log ``untested_tree`` per member when that is the failure; conditional write ``succeeded`` (with each member's landed commits) / ``failed`` (with the reason); publish ``conclude`` then a ``speculate`` wake-up for the rest of the queue |
 | batch ``speculating``, a move its merge found on record (an ``untested_tree`` result already applied) | at | replay the wake-up of the newest epoch this batch found (same id) |
 | batch ``succeeded`` / ``failed`` | at | replay ``conclude`` and the wake-up with the same ids |
@@ -87,10 +87,11 @@ class MergeSignalController(StageController):
             for m in batch.contains])
         new = replace(batch, state=BatchState.SPECULATING, version=batch.version + 1)
         async with self.deps.db.write() as s:
+            ours = await epoch_repo.landed_by_queue(s, queue=batch.queue, sha=msg.tip)
             await epoch_repo.record(s, queue=batch.queue, tip_sha=msg.tip, batch_id=batch.id,
-                                    now_ms=now)
+                                    now_ms=now, outside=not ours)
             await batch_repo.update(s, old=batch, new=new, now_ms=now)
-        self.deps.metrics.untested_tree(batch.queue, moved=True)
+        self.deps.metrics.untested_tree(batch.queue, moved=not ours)
         await self._wake_moved(new, round_ + 1)
 
     async def _wake_moved(self, batch: Batch, round_: int) -> None:

@@ -32,7 +32,7 @@ The run, over every active batch (``created``/``speculating``/``merging``/``canc
 |---|---|
 | ``created`` | admit (as above) |
 | ``cancelling`` | stop its live paths; when none is live, write ``cancelled`` and publish ``conclude`` |
-| ``speculating``, a path passed or building in an older trunk epoch (its build ran on a tip the target no longer has: it moved outside the queue) | refuted before the planner sees it: a new attempt (``pending``, attempt + 1; not an errored attempt, so it spends none of the errored-build budget), counted on the epoch's ``rebuilt`` in the plan's transaction |
+| ``speculating``, a path passed or building in an older trunk epoch (its build ran on a tip the target no longer has: it moved outside the queue) | refuted before the planner sees it: a new attempt (``pending``, attempt + 1; not an errored attempt, so it spends none of the errored-build budget), counted on the move's ``rebuilt`` in the plan's transaction; an epoch the batch's own merge started (the tip another batch landed, which its builds lacked) refutes that batch's paths alone |
 | ``speculating`` | the planner's verdict: **merge** on a passed path whose assumptions all came true, or on full coverage when the queue allows it (then each overtaken dependency gains the head as a dependency and its old paths are cancelled); **fail** when every dependency settled and every valid path failed; else fund paths within the budget. A build that ended ``errored`` gives its path a new attempt (up to ``core.MAX_BUILD_ATTEMPTS``, ``core.fold``) |
 | ``merging`` | nothing (its outcome arrives through ``mergesignal``); its live paths hold budget |
 
@@ -93,8 +93,8 @@ class Snapshot:
     links: dict[tuple[str, int], str]
     builds: dict[str, Build]
     plan_version: int = 0  # the queue's, read before anything else (the plan's fence)
-    epoch: int = 0  # the queue's trunk epoch
-    rebuilt: int = 0  # entries refuted in this fold: built in an older epoch
+    epoch: int = 0  # the queue's newest move outside the queue
+    rebuilt: int = 0  # entries refuted in this fold because of such a move
     _res: dict[str, Resolution] | None = None
 
     def active(self, *states: BatchState) -> list[Batch]:
@@ -232,8 +232,9 @@ class SpeculateController:
                     if e.status.live]
             links = await spec_repo.links(s, queue=queue, keys=keys)
             builds = await spec_repo.builds_by_id(s, queue=queue, ids=links.values())
-            epoch = await epoch_repo.current(s, queue=queue)
-            passed = await self._passed_builds(s, queue, sets, epoch)
+            epochs = await epoch_repo.refuting(s, queue=queue)
+            passed = await self._passed_builds(s, queue, sets, epochs.outside or
+                                               bool(epochs.own))
         now = self.deps.now()
         entries = {
             h: [core.fold(e, builds.get(links.get((e.id, e.attempt), "")),
@@ -246,16 +247,17 @@ class SpeculateController:
                 continue
             for i, e in enumerate(es):
                 key = (e.id, e.attempt)
-                if core.outdated(e, builds.get(links.get(key, "")) or passed.get(key), epoch):
+                build = builds.get(links.get(key, "")) or passed.get(key)
+                if core.outdated(e, build, epochs.of(h)):
                     es[i] = core.rebuild(e, now)
-                    rebuilt += 1
+                    rebuilt += core.outdated(e, build, epochs.outside)  # an outside move's
         return Snapshot(queue, batches, sets, entries, links, builds, plan_version,
-                        epoch, rebuilt)
+                        epochs.outside, rebuilt)
 
     @staticmethod
     async def _passed_builds(s: AsyncSession, queue: str, sets: dict[str, PathSet],
-                             epoch: int) -> dict[tuple[str, int], Build]:
-        """The builds of passed entries (read only once the trunk has moved: epoch > 0)."""
+                             epoch: int | bool) -> dict[tuple[str, int], Build]:
+        """The builds of passed entries (read only once an epoch was started)."""
         keys = [(e.id, e.attempt) for ps in sets.values() for e in ps.entries
                 if e.status is PathStatus.PASSED]
         if not epoch or not keys:

@@ -142,7 +142,8 @@ builds = sa.Table(
     sa.Index("ix_builds_batch", "queue", "batch_id"),
 )
 
-# A target moved outside the queue (revision 0008): one row per move the merger found;
+# The trunk's epochs (revision 0008): one row per tip the merger found no passed build of
+# the batch had (a move outside the queue, or another batch the queue landed);
 # ``rebuilt`` counts the paths the speculation refuted and rebuilt because of it.
 trunk_epochs = sa.Table(
     "trunk_epochs",
@@ -152,6 +153,9 @@ trunk_epochs = sa.Table(
     sa.Column("tip_sha", sa.String(64), nullable=False),
     sa.Column("batch_id", sa.String(ID), nullable=False, server_default=""),
     sa.Column("rebuilt", sa.Integer, nullable=False, server_default="0"),
+    # False: the tip is one the queue landed (another batch), yet this batch's builds
+    # did not have it: only this batch is rebuilt, and it is no move "outside the queue"
+    sa.Column("outside", sa.Boolean, nullable=False, server_default=sa.true()),
     sa.Column("detected_at_ms", sa.BigInteger, nullable=False),
 )
 

@@ -61,6 +61,20 @@ def epoch_is(epoch: int, tip: str):  # type: ignore[no-untyped-def]
     return check
 
 
+async def landed_elsewhere(rig: Rig) -> None:
+    await batch_in(BatchState.MERGING)(rig)
+    other = await rig.request(7, RequestState.LANDED, version=2)
+    await rig.batch(7, BatchState.SUCCEEDED, [other], landed={"demo/7": ("e" * 40,)})
+
+
+def own_epoch(epoch: int):  # type: ignore[no-untyped-def]
+    async def check(rig: Rig) -> None:
+        async with rig.db.read() as s:
+            epochs = await epoch_repo.refuting(s, queue="demo")
+        assert (epochs.outside, epochs.of(B)) == (0, epoch)
+    return check
+
+
 def metric(expected: list[tuple[str, bool]]):  # type: ignore[no-untyped-def]
     async def check(rig: Rig) -> None:
         assert rig.metrics.untested == expected
@@ -117,6 +131,13 @@ TABLE = StateTable(mergesignal, [
                     ("speculate", "demo", f"{B}/moved/1")],
          check=both(batch_is(BatchState.SPECULATING, 4), epoch_is(1, "e" * 40),
                     metric([("demo", True)]))),
+    # The tip is one the queue landed for another batch: this batch's own epoch, no move
+    # outside the queue (no notice, the move counter untouched).
+    Case(MOVED, landed_elsewhere, UNTESTED_MOVED, name="a-tip-the-queue-landed-is-its-own-epoch",
+         published=[*untested_logs(0), ("log", "demo/1", "demo/1/speculating/demo/batch/1/moved/1"),
+                    ("speculate", "demo", f"{B}/moved/1")],
+         check=both(batch_is(BatchState.SPECULATING, 4), epoch_is(0, ""),
+                    own_epoch(1), metric([("demo", False)]))),
     Case(MOVED, batch_in(BatchState.MERGING, moves=1), {**UNTESTED_MOVED, "round": 1},
          name="a-second-move-a-second-epoch",
          published=[*untested_logs(1), ("log", "demo/1", "demo/1/speculating/demo/batch/1/moved/2"),
