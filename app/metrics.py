@@ -194,6 +194,15 @@ class Metrics:
                                        buckets=MERGE_BUCKETS, registry=r)
         self.merges = Counter(f"{NS}_merges", "Merge outcomes written to batches",
                               ["queue", "outcome"], registry=r)
+        self.target_moves = Counter(f"{NS}_target_moves", "Moves of a target branch outside "
+                                    "the queue found by the merger (each a new trunk epoch)",
+                                    ["queue"], registry=r)
+        self.moved_rebuilds = Counter(f"{NS}_target_move_rebuilds", "Speculation paths "
+                                      "refuted and rebuilt because the target moved outside "
+                                      "the queue", ["queue"], registry=r)
+        self.untested_trees = Counter(f"{NS}_untested_tree_refusals", "Merges refused "
+                                      "because the new tip's tree was not a passed build's",
+                                      ["queue"], registry=r)
         self.http_requests = Counter(f"{NS}_http_requests", "HTTP requests answered",
                                      ["method", "route", "status"], registry=r)
         self.http_seconds = Histogram(f"{NS}_http_request_duration_seconds",
@@ -229,6 +238,15 @@ class Metrics:
 
     def merge_finished(self, queue: str, outcome: str) -> None:
         self.merges.labels(queue, outcome).inc()
+
+    def untested_tree(self, queue: str, *, moved: bool) -> None:
+        self.untested_trees.labels(queue).inc()
+        if moved:
+            self.target_moves.labels(queue).inc()
+
+    def rebuilt_after_move(self, queue: str, count: int) -> None:
+        if count:
+            self.moved_rebuilds.labels(queue).inc(count)
 
     def log_folded(self, entry: RequestLog, before: RequestSummary | None) -> None:
         finished = finished_request(entry, before)

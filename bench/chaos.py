@@ -129,6 +129,7 @@ class ChaosResult:
     kills: int = 0
     lost: int = 0
     duplicated: int = 0
+    trees_checked: int = 0     # landings whose tree was compared with the passed builds'
     terminal_pct: float = 0.0
     wall_s: float = 0.0
     cancel_requested: int = 0
@@ -381,6 +382,8 @@ def details(r: ChaosResult) -> str:
         f"{sum(k.orphaned_leases for k in r.kill_log)}; cancels sent {r.cancel_requested}; "
         f"land answers lost to a kill {r.answers_lost} (sent again: {r.resubmitted}); "
         f"clean shutdown {'yes' if r.clean_exit else 'no'}",
+        f"  exact trees: {r.trees_checked} landings' trees compared with their batches' "
+        "passed builds (violations below if any differed)",
         "  kills (s, server, requests in flight, leases orphaned, back after s): "
         + ", ".join(f"{k.at_s:.1f}/{k.server}/{k.in_flight_requests}/{k.orphaned_leases}/"
                     f"{k.restart_s:.1f}" for k in r.kill_log),

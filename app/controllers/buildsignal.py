@@ -7,7 +7,7 @@ batches are still polled so their builds' ends are recorded.
 |---|---|---|
 | build terminal | at | replay the ``speculate`` wake-up of its status (same id; only this controller writes a build's status, so a crash between that write and the wake-up would otherwise strand the queue); ack |
 | build live, runner reports the same status and log URL | at | cancel it if unwanted; on a redelivery (attempt > 1: an earlier run failed or died, maybe between its write and its wake-up) replay the wake-up of that status (same id); hold and poll again |
-| build live, runner reports a new status or log URL | before | log ``building`` (one per status reached, with the runner's detail) and ``built`` on success for each member, then conditional write of the status and URL, then a ``speculate`` wake-up (id names build and status); hold unless terminal |
+| build live, runner reports a new status, log URL or tested tree | before | log ``building`` (one per status reached, with the runner's detail and what it tests: base, commit, tree) and ``built`` on success for each member, then conditional write of the status, URL and tested base / commit / tree / changes, then a ``speculate`` wake-up (id names build and status); hold unless terminal |
 | build missing | invalid | raise ``NotFound`` |
 
 *Unwanted*: the batch is halted, or its path entry is missing, cancelling, cancelled,
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
+from typing import Any
 
 from app.controllers.common import StageController, event_log
 from app.db.repos import batches as batch_repo
@@ -26,6 +27,7 @@ from app.db.repos import speculation as spec_repo
 from app.domain.entities import Batch, Build
 from app.domain.messages import SPECULATE, EntityMsg
 from app.domain.states import BuildStatus, PathStatus
+from app.extensions.base import BuildReport, TestedTree
 from app.queue import Delivery
 
 log = logging.getLogger("submitqueue.controllers")
@@ -51,8 +53,9 @@ class BuildSignalController(StageController):
                 await runner.cancel(build.id)
             except Exception:
                 log.warning("could not cancel an unwanted build", extra={"build_id": build.id})
-        if report.status is not build.status or report.log_url != build.log_url:
-            await self._record(batch, build, report.status, report.log_url, report.detail)
+        if report.status is not build.status or report.log_url != build.log_url \
+                or _tested_changed(build, report):
+            await self._record(batch, build, report)
         elif delivery.attempt > 1:  # polls keep attempt 1: a hold spends none
             await self._wake(batch, build.id, build.status)
         if not report.status.terminal:
@@ -70,13 +73,17 @@ class BuildSignalController(StageController):
         return (entry is None or entry.attempt != build.attempt or linked != build.id
                 or entry.status in (PathStatus.CANCELLING, PathStatus.CANCELLED))
 
-    async def _record(self, batch: Batch, build: Build, status: BuildStatus, url: str,
-                      detail: str) -> None:
+    async def _record(self, batch: Batch, build: Build, report: BuildReport) -> None:
+        status, url, detail = report.status, report.log_url, report.detail
         now = self.deps.now()
         md = {"batch_id": batch.id, "build_id": build.id, "path_id": build.path_id,
               "attempt": build.attempt, "build_url": url, "build_status": status.value}
         if detail:
             md["build_detail"] = detail[:2000]
+        tested = report.tested
+        if tested is not None:
+            md |= {"tested_base": tested.base, "tested_commit": tested.commit,
+                   "tested_tree": tested.tree}
         occurrence = f"{build.id}/{status.value}"  # one history event per status reached
         entries = [event_log(batch.queue, m, "building", now=now, occurrence=occurrence,
                              metadata=md) for m in batch.contains]
@@ -86,10 +93,23 @@ class BuildSignalController(StageController):
         await self.deps.publish_logs(entries)
         async with self.deps.db.write() as s:
             await spec_repo.update_build(s, old=build, new=replace(
-                build, status=status, log_url=url, version=build.version + 1), now_ms=now)
+                build, status=status, log_url=url, version=build.version + 1,
+                **_tested_fields(build, tested)), now_ms=now)
         await self._wake(batch, build.id, status)
 
     async def _wake(self, batch: Batch, build_id: str, status: BuildStatus) -> None:
         await self.deps.publish(
             SPECULATE, EntityMsg(id=batch.id, queue=batch.queue),
             message_id=f"{batch.id}/build-signal/{build_id}/{status.value}")
+
+
+def _tested_changed(build: Build, report: BuildReport) -> bool:
+    t = report.tested
+    return t is not None and (t.commit, t.tree) != (build.commit_sha, build.tree_sha)
+
+
+def _tested_fields(build: Build, tested: TestedTree | None) -> dict[str, Any]:
+    if tested is None:
+        return {}
+    return {"base_sha": tested.base, "commit_sha": tested.commit, "tree_sha": tested.tree,
+            "changes": tuple(tested.changes)}

@@ -34,6 +34,13 @@ class PipelineMetrics(Protocol):
     def merge_finished(self, queue: str, outcome: str) -> None:
         """A batch's merge outcome (``succeeded``/``failed``) was written, once per batch."""
 
+    def untested_tree(self, queue: str, *, moved: bool) -> None:
+        """A merge was refused ``untested_tree`` (``moved``: the target moved outside
+        the queue, a new trunk epoch)."""
+
+    def rebuilt_after_move(self, queue: str, count: int) -> None:
+        """``count`` paths were refuted and rebuilt because the target moved."""
+
     def log_folded(self, entry: RequestLog, before: RequestSummary | None) -> None:
         """The gateway folded ``entry``; ``before`` is the summary it replaced, or None
         when the entry did not win (see ``persist_log``)."""
@@ -46,6 +53,12 @@ class NoMetrics:
         return None
 
     def merge_finished(self, queue: str, outcome: str) -> None:
+        return None
+
+    def untested_tree(self, queue: str, *, moved: bool) -> None:
+        return None
+
+    def rebuilt_after_move(self, queue: str, count: int) -> None:
         return None
 
     def log_folded(self, entry: RequestLog, before: RequestSummary | None) -> None:

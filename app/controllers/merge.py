@@ -2,10 +2,11 @@
 
 | Loaded state | Relative to checkpoint | Action |
 |---|---|---|
-| batch ``merging``, every member live | before | log ``landing`` per member; check the delivery still holds its lease (``ensure_held``: a stale holder raises ``LeaseLost`` and never pushes; its successor merges); merge the members' changes in order as one update (infrastructure errors propagate and are retried; the merger recognises changes already landed); publish the result, with each member's landed commits, to ``mergesignal`` (id = batch id) |
+| batch ``merging``, every member live | before | log ``landing`` per member; check the delivery still holds its lease (``ensure_held``: a stale holder raises ``LeaseLost`` and never pushes; its successor merges); merge the members' changes in order as one update, handing the merger the trees of the batch's passed builds whose assumptions came true (``MergeSpec.tested``: it lands only one of those, else fails ``untested_tree``; infrastructure errors propagate and are retried; the merger recognises changes already landed); publish the result, with each member's landed commits or the typed failure, to ``mergesignal`` (id = batch id, plus ``/r<n>`` for the n-th round after moves of the target sent the batch back to speculation) |
 | batch ``merging``, a member terminal or missing | superseded | refuse: nothing is merged or pushed, no ``landing`` log; publish a ``failed`` result naming the members and their states to ``mergesignal``, which fails the batch with that reason (the members keep their terminal states; the queue re-plans without the batch) |
 | batch terminal or halted | beyond | ack |
-| batch ``creating`` / ``created`` / ``speculating`` | invalid | raise ``InvalidState`` |
+| batch ``speculating`` after a move of the target sent it back (a trunk epoch names it) | superseded | ack (that round's merge is over; the next round has its own message id) |
+| batch ``creating`` / ``created``, or ``speculating`` with no move on record | invalid | raise ``InvalidState`` |
 | batch missing | invalid | raise ``NotFound`` |
 """  # noqa: E501 - state tables read best unwrapped
 
@@ -13,11 +14,14 @@ from __future__ import annotations
 
 from app.controllers.common import StageController, status_log
 from app.db.repos import batches as batch_repo
+from app.db.repos import epochs as epoch_repo
 from app.db.repos import requests as request_repo
+from app.db.repos import speculation as spec_repo
+from app.domain.entities import Batch
 from app.domain.errors import InvalidState
 from app.domain.messages import MERGESIGNAL, EntityMsg, ResultMsg
-from app.domain.states import BatchState
-from app.extensions.base import MergeSpec, MergeStep
+from app.domain.states import Assumption, BatchState, PathStatus
+from app.extensions.base import MergeSpec, MergeStep, TestedTree
 from app.queue import Delivery
 
 
@@ -29,6 +33,10 @@ class MergeController(StageController):
             members = await request_repo.get_many(s, queue=msg.queue, ids=batch.contains)
         if batch.state.halted:
             return
+        if batch.state is BatchState.SPECULATING:
+            async with self.deps.db.read() as s:
+                if await epoch_repo.rounds(s, queue=batch.queue, batch_id=batch.id):
+                    return  # a move sent it back to speculation: that round's merge is over
         if batch.state is not BatchState.MERGING:
             raise InvalidState(f"batch {batch.id} is {batch.state}; merge needs merging")
         # A member that already ended (say ``error``) must not have its change land:
@@ -42,12 +50,16 @@ class MergeController(StageController):
                 reason=f"refused to land: {', '.join(ended)}; a batch lands only while "
                        "every member is live"), message_id=batch.id)
             return
+        async with self.deps.db.read() as s:
+            round_ = await epoch_repo.rounds(s, queue=batch.queue, batch_id=batch.id)
+        suffix = epoch_repo.round_suffix(round_)
         now = self.deps.now()
         await self.deps.publish_logs([
-            status_log(batch.queue, m, "landing", now=now, occurrence=batch.id,
+            status_log(batch.queue, m, "landing", now=now, occurrence=batch.id + suffix,
                        metadata={"batch_id": batch.id}) for m in batch.contains])
         spec = MergeSpec(queue=batch.queue, id=batch.id, steps=tuple(
-            MergeStep(m, members[m].change_uris, members[m].strategy) for m in batch.contains))
+            MergeStep(m, members[m].change_uris, members[m].strategy) for m in batch.contains),
+            tested=await self._tested(batch))
         merger = self.deps.extensions(batch.queue).merger
         await delivery.ensure_held()  # a holder whose lease lapsed must not push
         outcome = await self.deps.timed("merge", batch.queue, merger.merge(spec))
@@ -57,4 +69,30 @@ class MergeController(StageController):
             outputs=list(outcome.outputs), conflicting_paths=list(outcome.conflicting_paths),
             commits={m: list(outcome.commits.get(m, ())) for m in batch.contains
                      if outcome.succeeded},
-        ), message_id=batch.id)
+            code=outcome.code, tip=outcome.tip, moved=outcome.moved, round=round_,
+        ), message_id=batch.id + suffix)
+
+    async def _tested(self, batch: Batch) -> tuple[TestedTree, ...] | None:
+        """The trees of the batch's passed builds whose assumptions match the trunk as it
+        is (each dependency that landed assumed to succeed, every other to fail), or None
+        when none of its passed builds recorded a tree (a runner that records none: the
+        fake ones)."""
+        q = batch.queue
+        async with self.deps.db.read() as s:
+            path_set = (await spec_repo.path_sets(s, queue=q, heads=[batch.id]))[batch.id]
+            deps = await batch_repo.get_many(s, queue=q, ids=batch.dependencies)
+            passed = [e for e in path_set.entries if e.status is PathStatus.PASSED]
+            links = await spec_repo.links(s, queue=q, keys=[(e.id, e.attempt) for e in passed])
+            builds = await spec_repo.builds_by_id(s, queue=q, ids=links.values())
+        landed = {d for d, b in deps.items() if b.state is BatchState.SUCCEEDED}
+        found = [builds[links[(e.id, e.attempt)]] for e in passed
+                 if links.get((e.id, e.attempt)) in builds]
+        if not any(b.tree_sha for b in found):
+            return None
+        # What the trunk holds now: the dependencies that landed, and no other (one
+        # still unsettled, overtaken on full coverage, is not on the trunk yet).
+        now = {e.id for e in passed if all(
+            (a is Assumption.SUCCEEDS) == (d in landed) for d, a in e.path.dependencies)}
+        return tuple(TestedTree(base=b.base_sha, commit=b.commit_sha, tree=b.tree_sha,
+                                changes=b.changes, build_id=b.id)
+                     for b in found if b.tree_sha and b.path_id in now)

@@ -32,6 +32,7 @@ The run, over every active batch (``created``/``speculating``/``merging``/``canc
 |---|---|
 | ``created`` | admit (as above) |
 | ``cancelling`` | stop its live paths; when none is live, write ``cancelled`` and publish ``conclude`` |
+| ``speculating``, a path passed or building in an older trunk epoch (its build ran on a tip the target no longer has: it moved outside the queue) | refuted before the planner sees it: a new attempt (``pending``, attempt + 1; not an errored attempt, so it spends none of the errored-build budget), counted on the move's ``rebuilt`` in the plan's transaction; an epoch the batch's own merge started (the tip another batch landed, which its builds lacked) refutes that batch's paths alone |
 | ``speculating`` | the planner's verdict: **merge** on a passed path whose assumptions all came true, or on full coverage when the queue allows it (then each overtaken dependency gains the head as a dependency and its old paths are cancelled); **fail** when every dependency settled and every valid path failed; else fund paths within the budget. A build that ended ``errored`` gives its path a new attempt (up to ``core.MAX_BUILD_ATTEMPTS``, ``core.fold``) |
 | ``merging`` | nothing (its outcome arrives through ``mergesignal``); its live paths hold budget |
 
@@ -64,6 +65,7 @@ from app.controllers.plan_check import check_plan
 from app.controllers.scoring import QueueScoring
 from app.db.repos import batches as batch_repo
 from app.db.repos import counters as counter_repo
+from app.db.repos import epochs as epoch_repo
 from app.db.repos import requests as request_repo
 from app.db.repos import speculation as spec_repo
 from app.domain.entities import Batch, Build, PathEntry, PathSet
@@ -91,6 +93,8 @@ class Snapshot:
     links: dict[tuple[str, int], str]
     builds: dict[str, Build]
     plan_version: int = 0  # the queue's, read before anything else (the plan's fence)
+    epoch: int = 0  # the queue's newest move outside the queue
+    rebuilt: int = 0  # entries refuted in this fold because of such a move
     _res: dict[str, Resolution] | None = None
 
     def active(self, *states: BatchState) -> list[Batch]:
@@ -228,13 +232,39 @@ class SpeculateController:
                     if e.status.live]
             links = await spec_repo.links(s, queue=queue, keys=keys)
             builds = await spec_repo.builds_by_id(s, queue=queue, ids=links.values())
+            epochs = await epoch_repo.refuting(s, queue=queue)
+            passed = await self._passed_builds(s, queue, sets, epochs.outside or
+                                               bool(epochs.own))
         now = self.deps.now()
         entries = {
             h: [core.fold(e, builds.get(links.get((e.id, e.attempt), "")),
                           (e.id, e.attempt) in links, now) for e in ps.entries]
             for h, ps in sets.items()
         }
-        return Snapshot(queue, batches, sets, entries, links, builds, plan_version)
+        rebuilt = 0
+        for h, es in entries.items():
+            if batches[h].state is not BatchState.SPECULATING:
+                continue
+            for i, e in enumerate(es):
+                key = (e.id, e.attempt)
+                build = builds.get(links.get(key, "")) or passed.get(key)
+                if core.outdated(e, build, epochs.of(h)):
+                    es[i] = core.rebuild(e, now)
+                    rebuilt += core.outdated(e, build, epochs.outside)  # an outside move's
+        return Snapshot(queue, batches, sets, entries, links, builds, plan_version,
+                        epochs.outside, rebuilt)
+
+    @staticmethod
+    async def _passed_builds(s: AsyncSession, queue: str, sets: dict[str, PathSet],
+                             epoch: int | bool) -> dict[tuple[str, int], Build]:
+        """The builds of passed entries (read only once an epoch was started)."""
+        keys = [(e.id, e.attempt) for ps in sets.values() for e in ps.entries
+                if e.status is PathStatus.PASSED]
+        if not epoch or not keys:
+            return {}
+        links = await spec_repo.links(s, queue=queue, keys=keys)
+        builds = await spec_repo.builds_by_id(s, queue=queue, ids=links.values())
+        return {k: builds[b] for k, b in links.items() if b in builds}
 
     async def _finish_cancelling(self, snap: Snapshot, batch: Batch) -> None:
         now = self.deps.now()
@@ -283,6 +313,9 @@ class SpeculateController:
                 await self._write_set(s, snap, h)
             for bid, new in changed.items():
                 await batch_repo.update(s, old=snap.batches[bid], new=new, now_ms=now)
+            await epoch_repo.add_rebuilt(s, queue=snap.queue, epoch=snap.epoch,
+                                         count=snap.rebuilt)
+        self.deps.metrics.rebuilt_after_move(snap.queue, snap.rebuilt)
         snap.plan_version += 1
         for new in changed.values():
             snap.put(new)
@@ -361,13 +394,16 @@ class SpeculateController:
 
     async def _dispatch_merge(self, batch: Batch,
                               extra: dict[str, object] | None = None) -> None:
+        async with self.deps.db.read() as s:
+            suffix = epoch_repo.round_suffix(
+                await epoch_repo.rounds(s, queue=batch.queue, batch_id=batch.id))
         now = self.deps.now()
         md: dict[str, object] = {"batch_id": batch.id, **(extra or {})}
         await self.deps.publish_logs([
-            status_log(batch.queue, m, "speculated", now=now, occurrence=batch.id,
+            status_log(batch.queue, m, "speculated", now=now, occurrence=batch.id + suffix,
                        metadata=md) for m in batch.contains])
         await self.deps.publish(MERGE, EntityMsg(id=batch.id, queue=batch.queue),
-                                message_id=f"{batch.id}/merge-dispatch")
+                                message_id=f"{batch.id}/merge-dispatch{suffix}")
 
     async def _conclude(self, batch: Batch, *, message_id: str) -> None:
         await self.deps.publish(

@@ -24,6 +24,7 @@ from app.db.models import (
     RequestLogRow,
     RequestRow,
     RequestSummaryRow,
+    TrunkEpochRow,
     metadata,
     table_of,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "request_log",
     "request_summaries",
     "requests",
+    "trunk_epochs",
 ]
 
 # orchestrator (app/db/models/orchestrator.py)
@@ -63,6 +65,7 @@ path_sets = table_of(PathSetRow)
 builds = table_of(BuildRow)
 path_builds = table_of(PathBuildRow)
 build_runs = table_of(BuildRunRow)
+trunk_epochs = table_of(TrunkEpochRow)
 
 # gateway and admin API (app/db/models/gateway.py)
 request_summaries = table_of(RequestSummaryRow)

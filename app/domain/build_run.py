@@ -10,6 +10,20 @@ from app.domain.states import BuildStatus
 
 
 @dataclass(frozen=True, slots=True)
+class TestedTree:
+    """What one build tested: the target tip it started from, the change URIs it applied
+    in order, the commit it built (``HEAD``) and that commit's tree hash."""
+
+    __test__ = False  # not a pytest test class, whatever its name
+
+    base: str
+    commit: str
+    tree: str
+    changes: tuple[str, ...] = ()
+    build_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class BuildRun:
     """The durable record of one build run by a build runner of ours.
 
@@ -36,3 +50,4 @@ class BuildRun:
     cancel_requested: bool = False
     created_at_ms: int = 0
     updated_at_ms: int = 0
+    tested: TestedTree | None = None  # what it builds, once the runner made the tree

@@ -113,6 +113,7 @@ class PathEntry:
     attempt: int = 1
     created_at_ms: int = 0
     updated_at_ms: int = 0
+    rebuilds: int = 0  # new attempts because the target moved (they spend no build budget)
 
     @property
     def id(self) -> str:
@@ -142,6 +143,14 @@ class Build:
     log_url: str = ""
     created_at_ms: int = 0
     updated_at_ms: int = 0
+    # What it tested, as its runner reported (empty until the tree is made, and for
+    # runners that record no trees): the target tip, the changes applied, the commit
+    # and its tree hash. ``epoch``: the queue's trunk epoch when it was triggered.
+    base_sha: str = ""
+    commit_sha: str = ""
+    tree_sha: str = ""
+    changes: tuple[str, ...] = ()
+    epoch: int = 0
 
 
 @dataclass(frozen=True, slots=True)

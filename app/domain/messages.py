@@ -81,6 +81,10 @@ class ResultMsg(_Msg):
     conflicting_paths: list[str] = Field(default_factory=list)
     # a merge's landed commits per member request (sqid -> one commit per change)
     commits: dict[str, list[str]] = Field(default_factory=dict)
+    code: str = ""  # a typed failure: "untested_tree"
+    tip: str = ""  # untested_tree: the target tip the merger found
+    moved: bool = False  # untested_tree: that tip is no passed build's base
+    round: int = 0  # which merge of the batch (a move found sends it back to speculation)
 
 
 class ConcludeMsg(_Msg):

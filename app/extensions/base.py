@@ -13,11 +13,13 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from app.domain.build_run import BuildRun
+from app.domain.build_run import BuildRun, TestedTree
 from app.domain.entities import ChangeDetails
 from app.domain.errors import ChangeRejected as ChangeRejected  # re-exported
 from app.domain.queue_config import SpeculationConfig
 from app.domain.states import BuildStatus, LandStrategy
+
+__all__ = ["TestedTree"]  # re-exported: runners and mergers name it from here
 
 
 class ChangeProvider(Protocol):
@@ -56,6 +58,9 @@ class BuildRequest:
     base_changes: tuple[str, ...]
     head_changes: tuple[str, ...]
     batch_created_at_ms: int = 0
+    # The same changes as merge steps (base batches' members, then the head's), so a
+    # runner that makes the tree makes it in the shape the strategies land it.
+    steps: tuple[MergeStep, ...] = ()
 
     @property
     def idempotency_key(self) -> str:
@@ -76,6 +81,7 @@ class BuildReport:
     status: BuildStatus
     log_url: str = ""
     detail: str = ""
+    tested: TestedTree | None = None  # what it builds, once the runner made the tree
 
 
 class FakeConnectionError(ConnectionError):
@@ -156,7 +162,7 @@ class BuildStore(Protocol):
     async def update(
         self, build_id: str, *, now_ms: int, status: BuildStatus | None = None,
         detail: str | None = None, exit_code: int | None = None, log_url: str | None = None,
-        pid: int | None = None,
+        pid: int | None = None, tested: TestedTree | None = None,
     ) -> BuildRun | None:
         """Change an unfinished run; returns the run as stored afterwards (None if unknown)."""
         ...
@@ -191,6 +197,10 @@ class MergeSpec:
     queue: str
     id: str  # sqid for a check, batch id for a merge
     steps: tuple[MergeStep, ...]
+    # For a merge: the trees of the batch's passed builds whose assumptions came true.
+    # ``None`` when its runner records no trees (the fake runners); a git merger then
+    # lands only a tip whose tree is one of these, else refuses with ``untested_tree``.
+    tested: tuple[TestedTree, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +213,9 @@ class MergeOutcome:
     outputs: tuple[str, ...] = ()
     conflicting_paths: tuple[str, ...] = field(default_factory=tuple)
     commits: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    code: str = ""  # a typed reason for a failure: "untested_tree"
+    tip: str = ""  # untested_tree: the target tip the merger found
+    moved: bool = False  # untested_tree: that tip is the base of none of the tested trees
 
 
 class Merger(Protocol):

@@ -35,6 +35,7 @@ from app.extensions.base import (
 from app.extensions.builds.command import CommandBuildRunner
 from app.extensions.builds.fake import FakeBuildRunner
 from app.extensions.builds.memory import MemoryBuildStore
+from app.extensions.builds.publish import TreePublisher
 from app.extensions.builds.sandbox import Bwrap
 from app.extensions.builds.webhook import WebhookBuildRunner
 from app.extensions.changes.fake import FakeChangeProvider
@@ -90,9 +91,14 @@ def _runner(config: QueueConfig, store: BuildStore, public_url: str) -> BuildRun
                     f"queue {config.name!r}: build_runner.secret_env names the environment "
                     f"variable {cfg.secret_env}, which is not set or empty; export the shared "
                     "webhook secret in it before starting the server")
+            publisher = None
+            if config.git is not None:
+                publisher = TreePublisher({config.git.repo_key: config.git.repository},
+                                          config.git.target_branch,
+                                          _work_dir(config) / "published")
             return WebhookBuildRunner(queue=config.name, url=cfg.url, secret=secret,
                                       public_url=public_url, store=store,
-                                      timeout_s=cfg.effective_timeout_s)
+                                      timeout_s=cfg.effective_timeout_s, publisher=publisher)
         case other:
             assert_never(other)
 

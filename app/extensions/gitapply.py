@@ -141,9 +141,10 @@ async def conflicts(mirror: GitMirror, wt: Path) -> tuple[str, ...]:
     return tuple(p for p in res.stdout.split("\x00") if p)
 
 
-async def git_or_conflict(mirror: GitMirror, wt: Path, change: GitChange, *args: str) -> None:
+async def git_or_conflict(mirror: GitMirror, wt: Path, change: GitChange, *args: str,
+                          env: dict[str, str] | None = None) -> None:
     """Run a git command that may stop on a conflict; a conflict raises ``Conflict``."""
-    res = await mirror.git(*args, cwd=wt, check=False)
+    res = await mirror.git(*args, cwd=wt, check=False, env=env)
     if res.returncode == 0:
         return
     paths = await conflicts(mirror, wt)
@@ -172,7 +173,8 @@ async def cherry_pick(
         parents = (await mirror.git("rev-list", "--parents", "-n1", commit, cwd=wt)).stdout.split()
         mainline = ["-m", "1"] if len(parents) > 2 else []
         res = await mirror.git(
-            "cherry-pick", "--allow-empty", *mainline, commit, cwd=wt, check=False
+            "cherry-pick", "--allow-empty", *mainline, commit, cwd=wt, check=False,
+            env=await stamp(mirror, commit),
         )
         if res.returncode == 0:
             applied += 1
@@ -186,6 +188,21 @@ async def cherry_pick(
             continue
         raise GitError(["cherry-pick", commit], res.returncode, res.stderr + res.stdout)
     return applied
+
+
+async def stamp(mirror: GitMirror, sha: str) -> dict[str, str]:
+    """The dates a commit made from ``sha`` carries: its own committer date, as both
+    author and committer date of a commit the queue makes. With the fixed committer
+    identity this makes applying the same changes onto the same tip give byte-identical
+    commits, wherever it runs: a build tree and the landing that follows it agree."""
+    res = await mirror.git("show", "-s", "--format=%cI", sha)
+    date = res.stdout.strip()
+    return {"GIT_COMMITTER_DATE": date}
+
+
+async def tree_of(mirror: GitMirror, commit: str) -> str:
+    """The tree hash of ``commit``."""
+    return (await mirror.git("rev-parse", "--verify", f"{commit}^{{tree}}")).stdout.strip()
 
 
 async def squash_commit_of(mirror: GitMirror, wt: Path, change: GitChange) -> str:

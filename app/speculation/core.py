@@ -81,7 +81,8 @@ def fold(entry: PathEntry, build: Build | None, linked: bool, now: int) -> PathE
 
     A build that ended ``errored`` (infrastructure failure, or lost when its runner
     restarted) gave no verdict: the path gets a new attempt (``pending``, attempt + 1,
-    no link yet) up to :data:`MAX_BUILD_ATTEMPTS`; after that it counts as failed.
+    no link yet) up to :data:`MAX_BUILD_ATTEMPTS`; after that it counts as failed. A
+    rebuild after the target moved (``rebuilds``, see :func:`rebuild`) is not counted.
     """
     status = entry.status
     if status is PathStatus.CANCELLING:
@@ -89,13 +90,28 @@ def fold(entry: PathEntry, build: Build | None, linked: bool, now: int) -> PathE
             status = PathStatus.CANCELLED
     elif status in (PathStatus.PENDING, PathStatus.BUILDING) and build is not None:
         if build.status is BuildStatus.ERRORED:
-            if entry.attempt < MAX_BUILD_ATTEMPTS:
+            if entry.attempt - entry.rebuilds < MAX_BUILD_ATTEMPTS:
                 return replace(entry, status=PathStatus.PENDING, attempt=entry.attempt + 1,
                                updated_at_ms=now)
             status = PathStatus.FAILED
         else:
             status = _BUILD_TO_PATH.get(build.status, PathStatus.BUILDING)
     return entry if status is entry.status else replace(entry, status=status, updated_at_ms=now)
+
+
+def outdated(entry: PathEntry, build: Build | None, epoch: int) -> bool:
+    """The entry's verdict (passed) or build in progress is of a trunk epoch older than
+    ``epoch``: it was built on a tip the target no longer has (it moved outside the
+    queue), so it proves nothing about what would land now."""
+    return (build is not None and build.epoch < epoch
+            and entry.status in (PathStatus.PASSED, PathStatus.BUILDING, PathStatus.PENDING))
+
+
+def rebuild(entry: PathEntry, now: int) -> PathEntry:
+    """A new attempt of an outdated entry, on the trunk as it is now. Not an errored
+    attempt: it spends none of :data:`MAX_BUILD_ATTEMPTS`."""
+    return replace(entry, status=PathStatus.PENDING, attempt=entry.attempt + 1,
+                   rebuilds=entry.rebuilds + 1, updated_at_ms=now)
 
 
 _BUILD_TO_PATH = {

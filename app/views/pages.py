@@ -23,6 +23,7 @@ from typing import Any
 
 from app.db.repos import batches as batch_repo
 from app.db.repos import circuits as circuit_repo
+from app.db.repos import epochs as epoch_repo
 from app.db.repos import request_log as log_repo
 from app.db.repos import views as view_repo
 from app.domain.entities import Batch, RequestSummary
@@ -56,6 +57,7 @@ from app.views.schemas import (
     TimingOut,
     TrailEntryOut,
     TrailEventOut,
+    TrunkMoveOut,
 )
 from app.views.stages import STAGES, TERMINAL, landed_commits, stage_of
 
@@ -151,6 +153,7 @@ async def overview(rt: ViewRuntime, config: QueueConfig, timings: TimingCache) -
         live = await view_repo.in_flight(s, queue=queue, limit=IN_FLIGHT_LIMIT + 1)
         recent = await view_repo.recent_terminal(s, queue=queue, limit=RECENT_LIMIT)
         outages = await open_outages(s, queue=queue, now_ms=rt.broker.clock())
+        move = await epoch_repo.latest(s, queue=queue)
     truncated = len(live) > IN_FLIGHT_LIMIT
     live = live[:IN_FLIGHT_LIMIT]
     state = await load_queue_state(rt, queue, timing_=await timings.get(rt, queue),
@@ -168,7 +171,19 @@ async def overview(rt: ViewRuntime, config: QueueConfig, timings: TimingCache) -
         recent=[row(rt, state, x, _batch_md(x)) for x in recent],
         timing=timing_out(state), truncated=truncated or len(state.active) > IN_FLIGHT_LIMIT,
         outages=outages,
+        trunk_move=_move_out(move, config.git.target_branch if config.git else "the target"),
     )
+
+
+def _move_out(move: epoch_repo.Epoch | None, branch: str) -> TrunkMoveOut | None:
+    if move is None:
+        return None
+    paths = "path" if move.rebuilt == 1 else "paths"
+    return TrunkMoveOut(
+        target_branch=branch, tip_sha=move.tip_sha, epoch=move.epoch, rebuilt=move.rebuilt,
+        detected_at_ms=move.detected_at_ms,
+        notice=f"{branch} moved outside the queue at {move.tip_sha[:12]}; "
+               f"{move.rebuilt} {paths} rebuilt")
 
 
 async def open_outages(s: Any, *, queue: str, now_ms: int) -> list[OutageOut]:

@@ -104,6 +104,18 @@ class StageGroupOut(BaseModel):
     requests: list[RequestRowOut]
 
 
+class TrunkMoveOut(BaseModel):
+    """The newest move of the target branch outside the queue the merger found."""
+
+    target_branch: str
+    tip_sha: str = Field(description="Where the target was found (the new trunk).")
+    epoch: int = Field(description="The trunk epoch it started (1 for the first move).")
+    rebuilt: int = Field(description="Speculation paths refuted and rebuilt because of it.")
+    detected_at_ms: int
+    notice: str = Field(description="'<branch> moved outside the queue at <sha>; N paths "
+                                    "rebuilt'")
+
+
 class OverviewOut(BaseModel):
     queue: str
     description: str
@@ -117,6 +129,8 @@ class OverviewOut(BaseModel):
     truncated: bool = Field(description="True when a list hit its limit.")
     outages: list[OutageOut] = Field(default=[], description=(
         "Open circuits of the queue's dependencies (requests that need them wait)."))
+    trunk_move: TrunkMoveOut | None = Field(
+        default=None, description="The newest move of the target outside the queue, if any.")
 
 
 class TrailEntryOut(BaseModel):

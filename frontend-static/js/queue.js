@@ -21,7 +21,7 @@ const COUNT_ORDER = ["accepted", "started", "validating", "validated", "batching
 
 const queue = decodeURIComponent(window.location.pathname.split("/")[2] || "");
 const els = Object.fromEntries(["title", "description", "outages", "error", "counts", "timing",
-  "stages", "batches", "recent", "live"].map((id) => [id, document.getElementById(id)]));
+  "stages", "batches", "recent", "live", "moved"].map((id) => [id, document.getElementById(id)]));
 
 function requestCard(r) {
   return h("li", { class: "req", dataset: { sqid: r.sqid, status: r.status } },
@@ -94,6 +94,13 @@ function renderCounts(counts, timing, budget) {
   fill(els.timing, `Recent builds take ${build}; merges take ${merge}. Build budget: ${budget}.`);
 }
 
+// The newest move of the target outside the queue: a new trunk the paths were rebuilt on.
+function renderMove(move) {
+  els.moved.hidden = !move;
+  fill(els.moved, move ? move.notice : "");
+  if (move) els.moved.title = `${move.tip_sha} (trunk epoch ${move.epoch})`;
+}
+
 async function refresh() {
   try {
     const o = await api(`/api/v1/queues/${encodeURIComponent(queue)}/overview`);
@@ -104,6 +111,7 @@ async function refresh() {
       fill(els.description, o.description || "");
       fill(els.outages, outageBanner(o.outages));
       renderCounts(o.counts, o.timing, o.build_budget);
+      renderMove(o.trunk_move);
       renderStages(o.stages);
       renderBatches(o.batches);
       renderRecent(o.recent);

@@ -53,6 +53,7 @@ from app.extensions.base import BuildRequest, MergeSpec, MergeStep
 from app.extensions.builds.command import CommandBuildRunner
 from app.extensions.builds.memory import MemoryBuildStore
 from app.extensions.changes.git import GitChangeProvider
+from app.extensions import gitland
 from app.extensions.gitapply import new_owner
 from app.extensions.gitutil import mirror_lock
 from app.extensions.merger.git import GitMerger
@@ -124,7 +125,7 @@ async def crash_in_merge(uri):
         print("inside", flush=True)
         await asyncio.sleep(600)
 
-    merger._apply_change = hang  # stops inside the scratch worktree, holding the lock
+    gitland.apply_change = hang  # stops inside the scratch worktree, holding the lock
     await merger.check(spec(uri, "SQX"))
 
 

@@ -199,6 +199,15 @@ class RecordingMetrics:
         self.folded: list[tuple[RequestLog, RequestSummary | None]] = []
         self.merges: list[tuple[str, str]] = []
         self.timings: list[tuple[str, str, bool]] = []
+        self.untested: list[tuple[str, bool]] = []
+        self.rebuilt: list[tuple[str, int]] = []
+
+    def untested_tree(self, queue: str, *, moved: bool) -> None:
+        self.untested.append((queue, moved))
+
+    def rebuilt_after_move(self, queue: str, count: int) -> None:
+        if count:
+            self.rebuilt.append((queue, count))
 
     def timed(self, what: str, queue: str, seconds: float, ok: bool) -> None:
         self.timings.append((what, queue, ok))

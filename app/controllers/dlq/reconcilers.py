@@ -72,6 +72,7 @@ from pydantic import ValidationError as PydanticValidationError
 from app.controllers.common import Deps, load_request, repair_terminal, terminate_request, unique_id
 from app.db.engine import Database
 from app.db.repos import batches as batch_repo
+from app.db.repos import epochs as epoch_repo
 from app.db.repos import requests as request_repo
 from app.db.repos import speculation as spec_repo
 from app.db.repos.request_log import persist_log
@@ -365,13 +366,15 @@ async def fail_merge(deps: Deps, *, queue: str, batch_id: str, msg: StoredMessag
     try:
         async with deps.db.read() as s:
             batch = await batch_repo.get(s, queue=queue, id=batch_id)
+            round_ = await epoch_repo.rounds(s, queue=queue, batch_id=batch_id)
     except NotFound:
         return Outcome("not_found", batch_id, "batch does not exist")
     if batch.state is not BatchState.MERGING:
         return await fail_batch(deps, queue=queue, batch_id=batch_id, msg=msg)
     result = await deps.publish(
         m.MERGESIGNAL, m.ResultMsg(id=batch.id, queue=queue, outcome="failed",
-                                   reason=failure_text(msg)), message_id=batch.id)
+                                   reason=failure_text(msg), round=round_),
+        message_id=batch.id + epoch_repo.round_suffix(round_))
     if not result.created:
         return Outcome("left", batch_id, "the merge already reported its outcome")
     return Outcome("failed", batch_id, "a failed merge result was handed to mergesignal", True)

@@ -28,6 +28,7 @@ from app.db.models.orchestrator import (
     PathSetRow,
     RequestBatchRow,
     RequestRow,
+    TrunkEpochRow,
 )
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
     "RequestLogRow",
     "RequestRow",
     "RequestSummaryRow",
+    "TrunkEpochRow",
     "metadata",
     "table_of",
 ]

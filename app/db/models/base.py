@@ -27,6 +27,7 @@ ID = 200  # request / batch / build / path ids
 URI = 1024
 PATH_ID = 64  # a speculation path's id (a digest)
 STATE = 30  # a state / status name
+SHA = 64  # a git object id (sha1 hex is 40; sha256 is 64)
 
 # An autoincrement id: BIGINT on PostgreSQL, INTEGER (the rowid alias) on SQLite.
 BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlmodel import Field, SQLModel
 
-from app.db.models.base import ID, PATH_ID, STATE, URI, Q, integer, millis, pk, string, text
+from app.db.models.base import ID, PATH_ID, SHA, STATE, URI, Q, integer, millis, pk, string, text
 
 
 class CounterRow(SQLModel, table=True):
@@ -135,8 +135,34 @@ class BuildRow(SQLModel, table=True):
     status: str = string(STATE)
     version: int = integer()
     log_url: str = text(server_default="")
+    # what it tested (revision 0008): target tip, changes applied, commit, tree, epoch
+    base_sha: str = string(SHA, server_default="")
+    commit_sha: str = string(SHA, server_default="")
+    tree_sha: str = string(SHA, server_default="")
+    changes_json: str = text(server_default="[]")
+    epoch: int = integer(server_default=0)
     created_at_ms: int = millis()
     updated_at_ms: int = millis()
+
+
+class TrunkEpochRow(SQLModel, table=True):
+    """The trunk's epochs (revision 0008): one row per tip the merger found that no
+    passed build of the batch had (a move outside the queue, or another batch the queue
+    landed); ``rebuilt`` counts the paths refuted and rebuilt because of it.
+    ``outside`` False: the tip is one the queue landed (another batch), so only this
+    batch is rebuilt and it is no move "outside the queue"."""
+
+    __tablename__ = "trunk_epochs"
+
+    queue: str = pk(Q)
+    epoch: int = Field(primary_key=True, sa_type=sa.Integer,
+                       sa_column_kwargs={"autoincrement": False})
+    tip_sha: str = string(SHA)
+    batch_id: str = string(ID, server_default="")
+    rebuilt: int = integer(server_default=0)
+    outside: bool = Field(default=True, sa_type=sa.Boolean,
+                          sa_column_kwargs={"server_default": sa.true()})
+    detected_at_ms: int = millis()
 
 
 class PathBuildRow(SQLModel, table=True):
@@ -180,5 +206,6 @@ class BuildRunRow(SQLModel, table=True):
     cancel_requested: bool = Field(default=False, sa_type=sa.Boolean,
                                    sa_column_kwargs={"server_default": sa.false()})
     log: str = text(server_default="")
+    tested_json: str = text(server_default="")  # revision 0008: what the run tested
     created_at_ms: int = millis()
     updated_at_ms: int = millis()

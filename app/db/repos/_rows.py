@@ -49,6 +49,8 @@ def build_from_row(r: Any) -> Build:
         queue=r.queue, id=r.id, batch_id=r.batch_id, path_id=r.path_id, attempt=r.attempt,
         status=BuildStatus(r.status), version=r.version, log_url=r.log_url or "",
         created_at_ms=r.created_at_ms, updated_at_ms=r.updated_at_ms,
+        base_sha=r.base_sha or "", commit_sha=r.commit_sha or "", tree_sha=r.tree_sha or "",
+        changes=tuple(json.loads(r.changes_json or "[]")), epoch=int(r.epoch or 0),
     )
 
 
@@ -59,6 +61,7 @@ def entries_to_json(entries: tuple[PathEntry, ...]) -> str:
             "deps": [[dep, a.value] for dep, a in e.path.dependencies],
             "status": e.status.value,
             "attempt": e.attempt,
+            "rebuilds": e.rebuilds,
             "created_at_ms": e.created_at_ms,
             "updated_at_ms": e.updated_at_ms,
         }
@@ -74,6 +77,7 @@ def entries_from_json(text: str) -> tuple[PathEntry, ...]:
             ),
             status=PathStatus(e["status"]),
             attempt=int(e["attempt"]),
+            rebuilds=int(e.get("rebuilds", 0)),
             created_at_ms=int(e.get("created_at_ms", 0)),
             updated_at_ms=int(e.get("updated_at_ms", 0)),
         )

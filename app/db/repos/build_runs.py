@@ -11,6 +11,7 @@ passwords and webhook secrets) in every log and detail it writes, since
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -20,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.dialect import insert_ignore
 from app.db.engine import Database
 from app.db.tables import build_runs as t
-from app.domain.build_run import BuildRun
+from app.domain.build_run import BuildRun, TestedTree
 from app.domain.states import BuildStatus
 
 LIVE = (BuildStatus.ACCEPTED.value, BuildStatus.RUNNING.value)
@@ -34,8 +35,21 @@ def _from_row(r: Any) -> BuildRun:
         owner_group=r.owner_group, detail=r.detail, exit_code=r.exit_code,
         log_url=r.log_url, pid=r.pid, heartbeat_ms=r.heartbeat_ms,
         cancel_requested=bool(r.cancel_requested), created_at_ms=r.created_at_ms,
-        updated_at_ms=r.updated_at_ms,
+        updated_at_ms=r.updated_at_ms, tested=tested_from_json(r.tested_json),
     )
+
+
+def tested_to_json(tested: TestedTree) -> str:
+    return json.dumps({"base": tested.base, "commit": tested.commit, "tree": tested.tree,
+                       "changes": list(tested.changes)}, sort_keys=True)
+
+
+def tested_from_json(text: str | None) -> TestedTree | None:
+    if not text:
+        return None
+    d = json.loads(text)
+    return TestedTree(base=d["base"], commit=d["commit"], tree=d["tree"],
+                      changes=tuple(d.get("changes", ())))
 
 
 async def create(session: AsyncSession, *, run: BuildRun) -> None:
@@ -45,7 +59,9 @@ async def create(session: AsyncSession, *, run: BuildRun) -> None:
         path_id=run.path_id, attempt=run.attempt, status=run.status.value, owner=run.owner,
         owner_group=run.owner_group, detail=run.detail, exit_code=run.exit_code,
         log_url=run.log_url, pid=run.pid, heartbeat_ms=run.heartbeat_ms,
-        cancel_requested=run.cancel_requested, log="", created_at_ms=run.created_at_ms,
+        cancel_requested=run.cancel_requested, log="",
+        tested_json=tested_to_json(run.tested) if run.tested else "",
+        created_at_ms=run.created_at_ms,
         updated_at_ms=run.updated_at_ms))
 
 
@@ -113,9 +129,11 @@ class SqlBuildStore:
     async def update(
         self, build_id: str, *, now_ms: int, status: BuildStatus | None = None,
         detail: str | None = None, exit_code: int | None = None, log_url: str | None = None,
-        pid: int | None = None,
+        pid: int | None = None, tested: TestedTree | None = None,
     ) -> BuildRun | None:
         values: dict[str, Any] = {}
+        if tested is not None:
+            values["tested_json"] = tested_to_json(tested)
         if status is not None:
             values["status"] = status.value
         if detail is not None:

@@ -9,7 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.dialect import insert_ignore
 from app.db.locking import conditional_update
-from app.db.repos._rows import build_from_row, entries_from_json, entries_to_json
+from app.db.repos._rows import build_from_row, dumps, entries_from_json, entries_to_json
 from app.db.tables import builds as bt
 from app.db.tables import path_builds as pbt
 from app.db.tables import path_sets as pst
@@ -51,7 +51,7 @@ async def create_build(session: AsyncSession, *, build: Build, now_ms: int) -> N
     await session.execute(insert_ignore(session, bt).values(
         queue=build.queue, id=build.id, batch_id=build.batch_id, path_id=build.path_id,
         attempt=build.attempt, status=build.status.value, version=build.version,
-        log_url=build.log_url, created_at_ms=now_ms, updated_at_ms=now_ms))
+        log_url=build.log_url, epoch=build.epoch, created_at_ms=now_ms, updated_at_ms=now_ms))
 
 
 async def get_build(session: AsyncSession, *, queue: str, id: str) -> Build:
@@ -86,7 +86,9 @@ async def update_build(session: AsyncSession, *, old: Build, new: Build, now_ms:
     await conditional_update(
         session, bt, key={"queue": old.queue, "id": old.id}, old_version=old.version,
         new_version=new.version,
-        values={"status": new.status.value, "log_url": new.log_url, "updated_at_ms": now_ms})
+        values={"status": new.status.value, "log_url": new.log_url, "updated_at_ms": now_ms,
+                "base_sha": new.base_sha, "commit_sha": new.commit_sha,
+                "tree_sha": new.tree_sha, "changes_json": dumps(list(new.changes))})
 
 
 async def link(session: AsyncSession, *, queue: str, path_id: str, attempt: int,

@@ -2,7 +2,9 @@
 
 Per build: wait for one of ``max_parallel`` slots (the build is ``accepted`` meanwhile),
 go ``running``, make the tree (``tree.py``: target tip, then the base changes, then
-the head's, in a worktree under ``<work_dir>/builds/trees/<build id>``), run the
+the head's, in the shape their strategies land them, in a worktree under
+``<work_dir>/builds/trees/<build id>``), record what it tests (the tip, the changes,
+``HEAD`` and ``HEAD^{tree}``: ``BuildReport.tested``), run the
 configured argv there (``process.py``: no shell, a fixed environment, a timeout, the
 whole process group killed at the end) inside the queue's sandbox (``sandbox.py``:
 bubblewrap, unless ``build_runner.sandbox: none``), store the verdict, remove the tree.
@@ -31,20 +33,18 @@ see: ``SQ_BASE``/``SQ_HEAD`` name the commits).
 State is kept in a ``BuildStore`` so that any process can answer ``status()``: the
 runner writes each transition and, every ``heartbeat_ms`` (its ``periodic_jobs()``, run
 by the runtime's scheduler), a heartbeat for its unfinished runs and their logs so far
-(the last MiB). ``status()`` of a run this
-instance does not hold in memory reads the store, and an unfinished run whose
-owner's heartbeat is older than ``lost_after_ms`` is marked ``errored`` (lost) there
-and then. At ``start()`` the runner takes an exclusive ``flock`` on
-``<builds>/.lock``: holding it proves every earlier instance on this host and build
-directory is dead, so their unfinished runs are marked lost at once (and a command
-they left running is killed, if ``/proc`` shows it is still that build), and their
-leftover trees removed. An instance that cannot take the lock (another live process
-uses the same directory) runs its builds in a directory of its own,
-``trees-<owner>`` (``gitapply.new_owner``: host, pid, process start), and relies on
-the heartbeat rule alone. Every instance, at ``start()``, removes the ``trees-<owner>``
-directories of owners that are provably dead (never a live process's) and prunes git's
-records of their worktrees under each mirror's host-wide lock. ``cancel()`` of a run held by another process is recorded in the
-store; its owner stops it at its next heartbeat.
+(the last MiB). ``status()`` of a run this instance does not hold in memory reads the
+store, and an unfinished run whose owner's heartbeat is older than ``lost_after_ms``
+is marked ``errored`` (lost) there and then. At ``start()`` the runner takes an
+exclusive ``flock`` on ``<builds>/.lock``: holding it proves every earlier instance on
+this host and build directory is dead, so their unfinished runs are marked lost at
+once (a command they left running is killed, if ``/proc`` shows it is still that
+build) and their leftover trees removed. An instance that cannot take the lock runs
+its builds in ``trees-<owner>`` (``gitapply.new_owner``: host, pid, process start) and
+relies on the heartbeat rule alone. Every instance, at ``start()``, removes the
+``trees-<owner>`` directories of provably dead owners and prunes git's records of
+their worktrees under each mirror's host-wide lock. ``cancel()`` of a run held by
+another process is recorded in the store; its owner stops it at its next heartbeat.
 """  # noqa: E501 - tables read best unwrapped
 
 from __future__ import annotations
@@ -72,6 +72,7 @@ from app.extensions.base import (
     BuildStore,
     BuildSystemUnavailable,
     PeriodicJob,
+    TestedTree,
 )
 from app.extensions.builds.process import (
     PYTHON_PLACEHOLDER,
@@ -320,7 +321,8 @@ class CommandBuildRunner:
             detail = f"{LOST_DETAIL} (no heartbeat for {silent:.0f}s)"
             run = await self.store.update(build_id, now_ms=self.clock(),
                                           status=BuildStatus.ERRORED, detail=detail) or run
-        return BuildReport(run.status, log_url=run.log_url, detail=run.detail)
+        return BuildReport(run.status, log_url=run.log_url, detail=run.detail,
+                           tested=run.tested)
 
     async def cancel(self, build_id: str) -> None:
         live = self._live.get(build_id)
@@ -427,8 +429,10 @@ class CommandBuildRunner:
             async with speculative_tree(
                 path=self.trees / build_id, mirror_for=self._mirror, repos=self.repos,
                 target_branch=self.target_branch, base_changes=request.base_changes,
-                head_changes=request.head_changes, say=live.log.line,
+                head_changes=request.head_changes, say=live.log.line, steps=request.steps,
             ) as tree:
+                await self.store.update(build_id, now_ms=self.clock(), tested=TestedTree(
+                    base=tree.base, commit=tree.head, tree=tree.tree, changes=tree.changes))
                 if live.cancelled.is_set():
                     return Outcome(BuildStatus.CANCELLED, "cancelled before the command ran")
                 live.phase = "running the command"

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from app.domain.build_run import BuildRun
+from app.domain.build_run import BuildRun, TestedTree
 from app.domain.states import BuildStatus
 
 
@@ -26,7 +26,7 @@ class MemoryBuildStore:
     async def update(
         self, build_id: str, *, now_ms: int, status: BuildStatus | None = None,
         detail: str | None = None, exit_code: int | None = None, log_url: str | None = None,
-        pid: int | None = None,
+        pid: int | None = None, tested: TestedTree | None = None,
     ) -> BuildRun | None:
         run = self._runs.get(build_id)
         if run is None or run.status.terminal:
@@ -38,6 +38,7 @@ class MemoryBuildStore:
             exit_code=run.exit_code if exit_code is None else exit_code,
             log_url=run.log_url if log_url is None else log_url,
             pid=run.pid if pid is None else pid,
+            tested=run.tested if tested is None else tested,
             updated_at_ms=now_ms,
         )
         self._runs[build_id] = run

@@ -2,10 +2,15 @@
 land), then the head changes, applied in a worktree of the runner's own mirror.
 
 Under the mirror's lock (host-wide: ``gitutil.mirror_lock``): fetch the target branch and every change's ref, check each
-pinned commit is there, add a detached worktree at the tip and cherry-pick each
-change's commits in order (``gitapply.cherry_pick``, as the merger's ``rebase``); a
-change already on the target (an ancestor of the tip, or squash-landed with its
-``Source-Commit`` trailer) is skipped. The worktree is removed when the block ends.
+pinned commit is there, add a detached worktree at the tip and apply the request's
+merge steps in the shape their strategies land them (``gitland.apply_steps``, the
+merger's own procedure: the squash commit with its trailers, the merge commits, the
+cherry-picked commits), so that the landing that follows makes byte-identical commits
+and fast-forwards the target to exactly the commit built here. A request without steps
+(older callers) has each change's commits cherry-picked in order (``rebase``), a change
+already on the target skipped. The tree records what it is: the tip it started from,
+the change URIs applied, ``HEAD`` and ``HEAD^{tree}``. The worktree is removed when the
+block ends.
 
 | Problem | Raised |
 |---|---|
@@ -21,14 +26,16 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.extensions.base import ChangeRejected
+from app.extensions.base import ChangeRejected, MergeStep
 from app.extensions.gitapply import (
     Conflict,
     cherry_pick,
     head,
     landed_on_head,
     remove_worktree,
+    tree_of,
 )
+from app.extensions.gitland import Refused, apply_steps
 from app.extensions.gitutil import (
     GitChange,
     GitMirror,
@@ -46,6 +53,8 @@ class Tree:
     path: Path
     base: str  # the target tip the tree started from
     head: str  # the tree's HEAD after applying every change
+    tree: str = ""  # HEAD^{tree}
+    changes: tuple[str, ...] = ()  # the change URIs applied, in order
 
 
 @asynccontextmanager
@@ -58,10 +67,13 @@ async def speculative_tree(
     base_changes: Sequence[str],
     head_changes: Sequence[str],
     say: Callable[[str], None],
+    steps: Sequence[MergeStep] = (),
 ) -> AsyncIterator[Tree]:
     try:
         changes = [("base", resolve_change(u, repos)) for u in base_changes]
         changes += [("head", resolve_change(u, repos)) for u in head_changes]
+        resolved = [(step, [resolve_change(u, repos) for u in step.change_uris])
+                    for step in steps]
     except ChangeRejected as exc:
         raise TreeRefused(str(exc)) from None
     keys = sorted({c.key for _, c in changes} or set(repos))
@@ -80,12 +92,19 @@ async def speculative_tree(
         await mirror.git("worktree", "add", "--detach", "--quiet", str(path), tip)
         say(f"tree: {target_branch} at {tip}")
         try:
-            top = await _apply(mirror, path, changes, target_branch, tip, say)
+            if resolved:
+                heads = set(head_changes)
+                top = await _apply_steps(mirror, path, resolved, heads, target_branch, tip, say)
+            else:
+                top = await _apply(mirror, path, changes, target_branch, tip, say)
+            tree = await tree_of(mirror, top)
         except BaseException:
             await remove_worktree(mirror, path)
             raise
+    say(f"tree: {tree}")
     try:
-        yield Tree(path=path, base=tip, head=top)
+        yield Tree(path=path, base=tip, head=top, tree=tree,
+                   changes=tuple(c.uri for _, c in changes))
     finally:
         async with mirror_lock(mirror.path):
             await remove_worktree(mirror, path)
@@ -113,3 +132,22 @@ async def _apply(mirror: GitMirror, wt: Path, changes: Sequence[tuple[str, GitCh
     top = await head(mirror, wt)
     say(f"tree: HEAD {top}")
     return top
+
+
+async def _apply_steps(mirror: GitMirror, wt: Path,
+                       steps: Sequence[tuple[MergeStep, Sequence[GitChange]]],
+                       heads: set[str], target_branch: str, tip: str,
+                       say: Callable[[str], None]) -> str:
+    try:
+        applied = await apply_steps(mirror, wt, steps, single_fast_forward=False)
+    except Conflict as exc:
+        paths = ", ".join(exc.paths)
+        raise TreeRefused(f"merge conflict in {paths} while applying change "
+                          f"{exc.change.uri} onto {target_branch} at {tip}") from None
+    except Refused as exc:
+        raise TreeRefused(str(exc)) from None
+    for step, change, commit in applied.landed:
+        role = "head" if change.uri in heads else "base"
+        say(f"{role} change {change.uri} ({step.step_id}, {step.strategy.value}): {commit}")
+    say(f"tree: HEAD {applied.tip}")
+    return applied.tip

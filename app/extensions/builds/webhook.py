@@ -5,8 +5,17 @@ Trigger: ``POST <url>`` with the JSON body
 ```json
 {"build_id": "wh-...", "queue": "q", "batch_id": "q/batch/3", "path_id": "...",
  "attempt": 1, "base_changes": ["git://..."], "head_changes": ["git://..."],
- "callback_url": "<public_url>/api/v1/builds/wh-.../status"}
+ "callback_url": "<public_url>/api/v1/builds/wh-.../status",
+ "ref": "refs/sq/builds/wh-...", "sha": "<40 hex>", "tree": "<40 hex>", "base": "<40 hex>"}
 ```
+
+With a git repository configured (``publisher``: ``publish.TreePublisher``), the queue
+makes the build's tree itself before the first POST (the strategies' shape, as the
+merger lands it), pushes it to the queue ref ``ref`` and sends its commit ``sha``, its
+``tree`` hash and the target tip ``base`` it started from; the CI builds exactly that
+commit. Changes that cannot be combined fail the build before anything is sent. The
+tree is recorded with the run, so a trigger sent again carries the same fields.
+Without a repository the four fields are absent.
 
 and the headers ``X-SubmitQueue-Signature: t=<unix s>,v1=<hex HMAC-SHA256 of
 "<t>.<build_id>.<raw body>">`` keyed with the queue's secret (``signature.py``) and
@@ -25,7 +34,9 @@ dead-letters the build and fails its batch with the CI's answer).
 
 Result: the CI calls ``POST <callback_url>`` with ``{"status": "running" | "succeeded"
 | "failed" | "cancelled" | "errored", "log_url": "...", "detail": "..."}`` (the last
-two optional), signed the same way for *that* build id (``accept_callback``): a
+two optional; ``sha`` too, except that a build with a queue ref accepts a terminal
+verdict only with ``"sha": "<the sha it was sent>"``: a verdict for another commit is
+refused with 409), signed the same way for *that* build id (``accept_callback``): a
 report signed for another build, or more than 300 s from now, is refused before the
 body is read. The first terminal status stands; repeating it is accepted, contradicting
 it is refused. A build with no verdict ``timeout_s`` after its trigger was first
@@ -49,8 +60,10 @@ from app.domain.errors import BuildTriggerRefused as BuildTriggerRefused  # re-e
 from app.domain.errors import InvalidState, NotFound
 from app.domain.states import BuildStatus
 from app.domain.text import check_line, check_text
-from app.extensions.base import BuildReport, BuildRequest, BuildStore
+from app.extensions.base import BuildReport, BuildRequest, BuildStore, TestedTree
+from app.extensions.builds.publish import TreePublisher, build_ref
 from app.extensions.builds.signature import SIGNATURE_HEADER, BadSignature, sign, verify
+from app.extensions.builds.tree import TreeRefused
 
 __all__ = ["IDEMPOTENCY_HEADER", "SIGNATURE_HEADER", "BadSignature", "BuildTriggerRefused",
            "CallbackBody", "WebhookBuildRunner", "sign"]
@@ -69,6 +82,9 @@ class CallbackBody(BaseModel):
                                 description="where a person reads the build's log (http/https)")
     detail: str | None = Field(default=None, max_length=4000,
                                description="one line on why, shown with the build")
+    sha: str | None = Field(default=None, pattern=r"^[0-9a-f]{40}$",
+                            description="the commit the CI built: the trigger's ``sha`` "
+                                        "(required with a terminal status when one was sent)")
 
     _line = field_validator("log_url", mode="before")(check_line)
     _text = field_validator("detail", mode="before")(check_text)
@@ -107,6 +123,7 @@ class WebhookBuildRunner:
         timeout_s: float = 3600.0,
         request_timeout_s: float = REQUEST_TIMEOUT_S,
         client: httpx.AsyncClient | None = None,
+        publisher: TreePublisher | None = None,
     ) -> None:
         if not secret:
             raise ValueError("the webhook secret must not be empty")
@@ -118,6 +135,7 @@ class WebhookBuildRunner:
         self.timeout_s = timeout_s
         self.request_timeout_s = request_timeout_s
         self._client = client
+        self.publisher = publisher
         self.clock = _wall_clock_ms
 
     def callback_url(self, build_id: str) -> str:
@@ -141,12 +159,19 @@ class WebhookBuildRunner:
         else:
             await self._say(build_id, "sending the trigger again (same build id and "
                             f"{IDEMPOTENCY_HEADER}: the CI must not start a second job)")
+        tested = await self._tree(request, build_id)
+        if tested is False:
+            return build_id  # the changes do not combine: failed, nothing to send
+        fields: dict[str, object] = {}
+        if isinstance(tested, TestedTree):
+            fields = {"ref": build_ref(build_id), "sha": tested.commit, "tree": tested.tree,
+                      "base": tested.base}
         body = json.dumps({
             "build_id": build_id, "queue": request.queue, "batch_id": request.batch_id,
             "path_id": request.path_id, "attempt": request.attempt,
             "base_changes": list(request.base_changes),
             "head_changes": list(request.head_changes),
-            "callback_url": self.callback_url(build_id),
+            "callback_url": self.callback_url(build_id), **fields,
         }, separators=(",", ":")).encode()
         headers = {"content-type": "application/json", "user-agent": "SubmitQueue",
                    IDEMPOTENCY_HEADER: request.idempotency_key,
@@ -186,7 +211,27 @@ class WebhookBuildRunner:
             run = await self._end(
                 build_id, BuildStatus.ERRORED,
                 f"no verdict from CI within {self.timeout_s:g}s of the trigger") or run
-        return BuildReport(run.status, log_url=run.log_url, detail=run.detail)
+        return BuildReport(run.status, log_url=run.log_url, detail=run.detail,
+                           tested=run.tested)
+
+    async def _tree(self, request: BuildRequest, build_id: str) -> TestedTree | bool | None:
+        """The build's published tree (made and pushed once, then read from the run);
+        None without a publisher; False when the changes do not combine (the run has
+        failed with the reason)."""
+        if self.publisher is None:
+            return None
+        run = await self.store.get(build_id)
+        if run is not None and run.tested is not None:
+            return run.tested
+        try:
+            tested = await self.publisher.publish(request, build_id)
+        except TreeRefused as exc:
+            await self._end(build_id, BuildStatus.FAILED, str(exc))
+            return False
+        await self.store.update(build_id, now_ms=self.clock(), tested=tested)
+        await self._say(build_id, f"tree: {tested.commit} (tree {tested.tree}) pushed to "
+                        f"{build_ref(build_id)}, on {tested.base}")
+        return tested
 
     async def cancel(self, build_id: str) -> None:
         await self._end(build_id, BuildStatus.CANCELLED,
@@ -206,6 +251,12 @@ class WebhookBuildRunner:
         verify(self._secret, build_id, body, signature, now_s=self.clock() / 1000)
         report = CallbackBody.model_validate_json(body)
         status = BuildStatus(report.status)
+        if run.tested is not None and (report.sha is not None or status.terminal) \
+                and report.sha != run.tested.commit:
+            raise InvalidState(
+                f"build {build_id!r} was sent {run.tested.commit} ({build_ref(build_id)}); "
+                f"a report for {report.sha or 'no sha'} is not its verdict: send "
+                f'"sha": "{run.tested.commit}" with the status of that commit\'s build')
         if run.status.terminal:
             if run.status is status:
                 return

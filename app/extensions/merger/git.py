@@ -4,18 +4,19 @@
 and every change's ref into our own bare mirror, then apply the steps in order onto the
 target tip in a scratch worktree. ``check`` stops there; ``merge`` pushes the result as
 ONE update of ``refs/heads/<target>`` with a lease on the tip it built on. If the tip
-moved meanwhile, it re-fetches, re-applies and retries (at most ``max_push_attempts``).
+moved meanwhile, it re-fetches, re-applies and retries (at most ``max_push_attempts``),
+and the exact-trees guard below then refuses a result no build tested.
 
-Strategies (per step), and when a change counts as already on the target (skipped):
+The steps are applied by ``app.extensions.gitland`` (strategies, skips, deterministic
+commits), the procedure the command runner builds its trees with.
 
-- ``rebase``: cherry-pick each commit of merge-base(target, head)..head; skipped per
-  commit when a patch-equivalent commit is on the target (``git cherry``).
-- ``squash_rebase``: one commit per change, ``<subject> (<step_id>)`` plus trailers
-  ``Source-Ref: <ref>`` and ``Source-Commit: <sha>``, author = the pinned commit's;
-  skipped when a target commit carries the same ``Source-Commit``, or no net change.
-- ``merge``: ``git merge --no-ff`` per change; skipped when the commit is an ancestor.
-- ``fast_forward``: the target becomes the exact SHA (one step with one change, a
-  descendant of the tip); skipped when the SHA is already an ancestor of the tip.
+**Exact trees.** A merge whose spec carries ``tested`` (the trees of the batch's passed
+builds) pushes only a new tip that IS a tested commit (the usual case: the build made
+the same commits on the same tip, so the target fast-forwards to exactly what was
+tested) or whose tree equals a tested tree. Anything else is refused, nothing pushed:
+a failed outcome with ``code="untested_tree"``, the tip found, and ``moved`` when that
+tip is no tested build's base (the target moved outside the queue). A merge that
+finds everything already landed pushes nothing and needs no guard.
 
 Scratch worktrees live in ``<work_dir>/worktrees/<mirror>/<owner>/`` (``gitapply``:
 host, pid, process start and a random part), made and removed under the mirror's lock,
@@ -50,22 +51,23 @@ from __future__ import annotations
 import shutil
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
-from app.domain.states import LandStrategy
-from app.extensions.base import ChangeRejected, MergeOutcome, MergeSpec, MergeStep
+from app.extensions.base import (
+    ChangeRejected,
+    MergeOutcome,
+    MergeSpec,
+    MergeStep,
+    TestedTree,
+)
 from app.extensions.gitapply import (
     Conflict,
-    cherry_pick,
-    git_or_conflict,
-    head,
-    is_ancestor,
     new_owner,
-    squash_commit_of,
     sweep_scratch,
+    tree_of,
     worktree,
 )
+from app.extensions.gitland import Applied, Refused, apply_steps
 from app.extensions.gitutil import (
     DEFAULT_TIMEOUT,
     GitChange,
@@ -78,27 +80,6 @@ from app.extensions.gitutil import (
 )
 
 MAX_PUSH_ATTEMPTS = 5
-
-
-class _Refused(Exception):
-    """A permanent problem with a step (not a conflict)."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Applied:
-    tip: str
-    landed: tuple[tuple[MergeStep, GitChange, str], ...]  # (step, change, commit) in order
-
-    @property
-    def outputs(self) -> tuple[str, ...]:
-        return tuple(commit for _, _, commit in self.landed)
-
-    @property
-    def commits(self) -> dict[str, tuple[str, ...]]:
-        out: dict[str, tuple[str, ...]] = {}
-        for step, _, commit in self.landed:
-            out[step.step_id] = (*out.get(step.step_id, ()), commit)
-        return out
 
 
 class GitMerger:
@@ -175,12 +156,16 @@ class GitMerger:
                         f"onto {self.target_branch} at {tip}",
                         conflicting_paths=exc.paths,
                     )
-                except _Refused as exc:
+                except Refused as exc:
                     return MergeOutcome(succeeded=False, reason=str(exc))
                 done = MergeOutcome(succeeded=True, outputs=applied.outputs,
                                     commits=applied.commits)
                 if not push:
                     return done
+                if spec.tested is not None and applied.tip != tip:
+                    refused = await self._untested(mirror, tip, applied.tip, spec.tested)
+                    if refused is not None:
+                        return refused
                 if applied.tip == tip or await self._push(mirror, tip, applied.tip):
                     if self.move_head_branches:
                         await self._move_heads(mirror, values, applied)
@@ -190,6 +175,27 @@ class GitMerger:
         raise TimeoutError(
             f"{self.target_branch} kept moving: gave up pushing {spec.id} after "
             f"{self.max_push_attempts} attempts"
+        )
+
+    async def _untested(self, mirror: GitMirror, tip: str, new: str,
+                        tested: tuple[TestedTree, ...]) -> MergeOutcome | None:
+        """``None`` when ``new`` is a tested commit or has a tested tree; else the
+        ``untested_tree`` refusal (``moved`` when the tip is no tested tree's base:
+        the target moved outside the queue, or landed otherwise than assumed)."""
+        if any(t.commit == new for t in tested):
+            return None
+        tree = await tree_of(mirror, new)
+        if any(t.tree == tree for t in tested):
+            return None
+        moved = bool(tested) and all(t.base != tip for t in tested)
+        builds = ", ".join(f"{t.build_id or t.commit} (tree {t.tree[:12]})" for t in tested)
+        why = (f"{self.target_branch} is at {tip}, which no passed build started from"
+               if moved else f"the strategy's result on {tip} differs from what was built")
+        return MergeOutcome(
+            succeeded=False, code="untested_tree", tip=tip, moved=moved,
+            reason=f"untested_tree: landing would make tree {tree} on {self.target_branch}, "
+                   f"which no passed build tested ({why}; passed: {builds or 'none'}); "
+                   "nothing was pushed",
         )
 
     async def _push(self, mirror: GitMirror, old: str, new: str) -> bool:
@@ -209,7 +215,7 @@ class GitMerger:
         raise GitError(["push", mirror.url], res.returncode, res.stderr + res.stdout)
 
     async def _move_heads(self, mirror: GitMirror, values: Mapping[str, str],
-                          applied: _Applied) -> None:
+                          applied: Applied) -> None:
         """Move each change's branch to its landed commit (lease: the pinned SHA)."""
         for _, change, commit in applied.landed:
             ref = change.ref
@@ -227,7 +233,7 @@ class GitMerger:
 
     async def _apply(
         self, mirror: GitMirror, tip: str, steps: list[tuple[MergeStep, list[GitChange]]]
-    ) -> _Applied:
+    ) -> Applied:
         scratch = self.work_dir / "worktrees" / mirror.path.name
         mine = scratch / self.owner
         # We hold the mirror's lock: none of our worktrees is in use. Other owners'
@@ -240,100 +246,4 @@ class GitMerger:
         if left:
             await mirror.git("worktree", "prune", check=False)
         async with worktree(mirror, mine / uuid.uuid4().hex, tip) as wt:
-            landed: list[tuple[MergeStep, GitChange, str]] = []
-            for step, changes in steps:
-                if step.strategy is LandStrategy.FAST_FORWARD and (
-                    len(steps) != 1 or len(changes) != 1
-                ):
-                    raise _Refused(
-                        "fast_forward lands exactly one change: the request must be one "
-                        f"step with one change (step {step.step_id} has {len(changes)}, "
-                        f"the merge has {len(steps)} steps)"
-                    )
-                previous: str | None = None
-                for change in changes:
-                    commit = await self._apply_change(mirror, wt, step, change, previous)
-                    landed.append((step, change, commit))
-                    previous = change.sha
-            return _Applied(tip=await head(mirror, wt), landed=tuple(landed))
-
-    async def _apply_change(
-        self, mirror: GitMirror, wt: Path, step: MergeStep, change: GitChange,
-        previous: str | None,
-    ) -> str:
-        strategy = step.strategy
-        if strategy is LandStrategy.REBASE:
-            if await is_ancestor(mirror, wt, change.sha, "HEAD"):
-                return change.sha
-            if not await cherry_pick(mirror, wt, change, previous):
-                return await _equivalent_on_head(mirror, wt, change) or await head(mirror, wt)
-        elif strategy is LandStrategy.SQUASH_REBASE:
-            found = await _squash(mirror, wt, step, change)
-            if found:
-                return found
-        elif strategy is LandStrategy.MERGE:
-            if await is_ancestor(mirror, wt, change.sha, "HEAD"):
-                return await _merge_commit_of(mirror, wt, change) or change.sha
-            await git_or_conflict(
-                mirror, wt, change,
-                "merge", "--no-ff", "--no-edit", "--no-verify",
-                "-m", f"Merge {change.ref} ({step.step_id})\n\nSource-Ref: {change.ref}",
-                change.sha,
-            )
-        elif strategy is LandStrategy.FAST_FORWARD:
-            if not await is_ancestor(mirror, wt, change.sha, "HEAD"):
-                if not await is_ancestor(mirror, wt, "HEAD", change.sha):
-                    raise _Refused(
-                        f"cannot fast-forward: {change.sha} ({change.ref}) does not descend "
-                        "from the target tip; rebase it or use another strategy"
-                    )
-                await mirror.git("merge", "--ff-only", "--quiet", change.sha, cwd=wt)
-            return change.sha
-        else:  # pragma: no cover - exhaustive over LandStrategy
-            raise _Refused(f"unknown strategy {strategy!r}")
-        return await head(mirror, wt)
-
-
-async def _equivalent_on_head(mirror: GitMirror, wt: Path, change: GitChange) -> str:
-    """The newest commit of HEAD patch-equivalent to one of the change's ("" if none)."""
-    res = await mirror.git("log", "--cherry-mark", "--right-only", "--no-merges",
-                           "--format=%m %H", f"{change.sha}...HEAD", cwd=wt)
-    for line in res.stdout.splitlines():
-        mark, _, commit = line.partition(" ")
-        if mark == "=":
-            return commit.strip()
-    return ""
-
-
-async def _merge_commit_of(mirror: GitMirror, wt: Path, change: GitChange) -> str:
-    """The oldest merge commit of HEAD with the change's commit as a parent ("" if none)."""
-    res = await mirror.git("rev-list", "--merges", "--parents", "--ancestry-path",
-                           f"{change.sha}..HEAD", cwd=wt)
-    found = ""
-    for line in res.stdout.splitlines():
-        commit, *parents = line.split()
-        if change.sha in parents[1:]:
-            found = commit
-    return found
-
-
-async def _squash(mirror: GitMirror, wt: Path, step: MergeStep, change: GitChange) -> str:
-    """Squash the change onto HEAD; returns the target commit if it already landed."""
-    trailer = f"Source-Commit: {change.sha}"
-    found = await squash_commit_of(mirror, wt, change)
-    if found:
-        return found
-    await git_or_conflict(mirror, wt, change, "merge", "--squash", "--quiet", change.sha)
-    staged = await mirror.git("diff", "--cached", "--quiet", cwd=wt, check=False)
-    if staged.returncode == 0:  # no net change: the tip holds it already
-        return await head(mirror, wt)
-    info = await mirror.git("show", "-s", "--format=%s%x00%an%x00%ae%x00%aI", change.sha)
-    subject, name, email, date = info.stdout.rstrip("\n").split("\x00", 3)
-    message = (
-        f"{subject} ({step.step_id})\n\nSource-Ref: {change.ref}\n{trailer}\n"
-    )
-    await mirror.git(
-        "commit", "--quiet", "--no-verify", "--cleanup=whitespace", "-m", message, cwd=wt,
-        env={"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_AUTHOR_DATE": date},
-    )
-    return ""
+            return await apply_steps(mirror, wt, steps)

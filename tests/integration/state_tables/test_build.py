@@ -19,8 +19,15 @@ from app.controllers import build
 from app.controllers.build import BuildController
 from app.db.repos import speculation as spec_repo
 from app.domain.errors import NotFound
-from app.domain.states import Assumption, BatchState, BuildStatus, PathStatus, RequestState
-from app.extensions.base import BuildRequest
+from app.domain.states import (
+    Assumption,
+    BatchState,
+    BuildStatus,
+    LandStrategy,
+    PathStatus,
+    RequestState,
+)
+from app.extensions.base import BuildRequest, MergeStep
 from app.queue import LeaseLost
 from tests.support.controllers import (
     NOW_MS,
@@ -44,7 +51,9 @@ MSG = {"id": B, "queue": "demo", "path_id": P.id, "attempt": 1}
 T0 = NOW_MS - 90_000  # the batches' creation time
 URIS = {1: (change_uri(1), change_uri(11)), 2: (change_uri(2),), 3: (change_uri(3),)}
 REQUEST = BuildRequest(queue="demo", batch_id=B, path_id=P.id, attempt=1,
-                       base_changes=URIS[1], head_changes=URIS[2], batch_created_at_ms=T0)
+                       base_changes=URIS[1], head_changes=URIS[2], batch_created_at_ms=T0,
+                       steps=(MergeStep("demo/1", URIS[1], LandStrategy.REBASE),
+                              MergeStep("demo/2", URIS[2], LandStrategy.REBASE)))
 
 
 def signal(*builds: str) -> list[tuple[str, str, str]]:

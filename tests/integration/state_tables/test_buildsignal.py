@@ -15,7 +15,7 @@ from app.controllers import buildsignal
 from app.controllers.buildsignal import POLL_ACCEPTED_MS, POLL_RUNNING_MS, BuildSignalController
 from app.domain.errors import NotFound
 from app.domain.states import BatchState, BuildStatus, PathStatus, RequestState
-from app.extensions.base import BuildReport
+from app.extensions.base import BuildReport, TestedTree
 from tests.conftest import BACKENDS
 from tests.support.controllers import (
     Case,
@@ -111,6 +111,20 @@ def recorded(status: BuildStatus, log_url: str = URL, detail: str | None = None,
     return check
 
 
+TESTED = TestedTree(base="a" * 40, commit="b" * 40, tree="c" * 40, changes=("git://x",))
+
+
+def tree_stored() -> Check:
+    """The build row holds what the runner said it tests; the logs name it too."""
+    async def check(rig: Rig) -> None:
+        b = await rig.get_build(BID)
+        assert (b.version, b.base_sha, b.commit_sha, b.tree_sha, b.changes) == (
+            4, "a" * 40, "b" * 40, "c" * 40, ("git://x",))
+        logs = [p for p in rig.broker.published if p.topic == "log"]
+        assert logs and all(p.payload["metadata"]["tested_tree"] == "c" * 40 for p in logs)
+    return check
+
+
 def both(*checks: Check) -> Check:
     async def check(rig: Rig) -> None:
         for c in checks:
@@ -127,7 +141,7 @@ def unwanted(name: str, **world_args: Any) -> Sequence[Case]:
 
 
 SAME = "build live, runner reports the same status and log URL"
-NEW = "build live, runner reports a new status or log URL"
+NEW = "build live, runner reports a new status, log URL or tested tree"
 RUN = BuildReport(BuildStatus.RUNNING, URL)
 LONG = "x" * 3000
 
@@ -184,6 +198,10 @@ TABLE = StateTable(buildsignal, [
          name="same-status-new-log-url", held=POLL_RUNNING_MS,
          published=building(BuildStatus.RUNNING, 1),
          check=recorded(BuildStatus.RUNNING, URL + "/v2")),
+    # Only the tested tree is new (the runner made the tree): stored on the build row.
+    Case(NEW, world(BuildStatus.RUNNING, BuildReport(BuildStatus.RUNNING, URL, tested=TESTED)),
+         MSG, name="same-status-tree-made-is-stored", held=POLL_RUNNING_MS,
+         published=building(BuildStatus.RUNNING, 1), check=tree_stored()),
     Case("build missing", world(BuildStatus.RUNNING, RUN), {"id": "build-9", "queue": "demo"},
          raises=NotFound, published=[], check=asked()),
 ])

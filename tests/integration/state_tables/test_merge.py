@@ -11,6 +11,7 @@ from typing import Any
 
 from app.controllers import merge
 from app.controllers.merge import MergeController
+from app.db.repos import epochs as epoch_repo
 from app.domain.errors import InvalidState, NotFound
 from app.domain.states import BatchState, LandStrategy, RequestState
 from app.extensions.base import MergeSpec, MergeStep
@@ -40,6 +41,8 @@ Member = tuple[RequestState, int] | None
 BATCHED: Member = (RequestState.BATCHED, 3)
 
 
+RESULT_DEFAULTS = {"code": "", "tip": "", "moved": False, "round": 0}  # not untested_tree
+
 def batch_in(state: BatchState, second: Member = BATCHED, *, uri: str | None = None) -> Seed:
     """Batch 1 holding request 1 (two changes) and request 2 (``second``: its state
     and version, or no row; ``uri``: its one change)."""
@@ -49,6 +52,13 @@ def batch_in(state: BatchState, second: Member = BATCHED, *, uri: str | None = N
             await rig.request(2, second[0], version=second[1], uris=(uri or URIS[2][0],))
         await rig.batch(1, state, ["demo/1", "demo/2"], version=4)
     return seed
+
+
+async def moved_back(rig: Rig) -> None:
+    """Batch 1 back to ``speculating``: its merge found the target moved (epoch 1)."""
+    await batch_in(BatchState.SPECULATING)(rig)
+    async with rig.db.write() as s:
+        await epoch_repo.record(s, queue="demo", tip_sha="e" * 40, batch_id=B, now_ms=1)
 
 
 def spec(second: str = URIS[2][0]) -> MergeSpec:
@@ -66,7 +76,7 @@ def merged(result: dict[str, Any], second: str = URIS[2][0], *, held: int = 1) -
         assert rig.metrics.timings[-1:] == [("merge", "demo", True)]
         p = rig.broker.payload("mergesignal", B)
         assert p == {"id": B, "queue": "demo", "reason": "", "outputs": [],
-                     "conflicting_paths": [], "commits": {}, **result}
+                     "conflicting_paths": [], "commits": {}, **RESULT_DEFAULTS, **result}
         for n in (1, 2):
             log = rig.broker.payload("log", f"demo/{n}/landing/{B}")
             assert (log["status"], log["timestamp_ms"], log["metadata"]) == (
@@ -80,7 +90,7 @@ def refused(reason: str) -> Check:
         assert rig.calls() == {}
         assert rig.broker.payload("mergesignal", B) == {
             "id": B, "queue": "demo", "outcome": "failed", "outputs": [],
-            "conflicting_paths": [], "commits": {},
+            "conflicting_paths": [], "commits": {}, **RESULT_DEFAULTS,
             "reason": f"refused to land: {reason}; a batch lands only while every member "
                       "is live"}
     return check
@@ -129,8 +139,12 @@ TABLE = StateTable(merge, [
            writes_nothing=True, check=not_merged())
       for st in (BatchState.SUCCEEDED, BatchState.FAILED, BatchState.CANCELLED,
                  BatchState.CANCELLING)],
-    *[Case("batch ``creating`` / ``created`` / ``speculating``", batch_in(st), MSG,
-           name=st.value, raises=InvalidState, published=[], check=not_merged())
+    Case("batch ``speculating`` after a move of the target sent it back (a trunk epoch "
+         "names it)", moved_back, MSG, name="a-round-a-move-ended", published=[],
+         writes_nothing=True, check=not_merged()),
+    *[Case("batch ``creating`` / ``created``, or ``speculating`` with no move on record",
+           batch_in(st), MSG, name=st.value, raises=InvalidState, published=[],
+           check=not_merged())
       for st in (BatchState.CREATING, BatchState.CREATED, BatchState.SPECULATING)],
     Case("batch missing", lambda rig: rig.request(1, RequestState.BATCHED), MSG,
          raises=NotFound, published=[]),

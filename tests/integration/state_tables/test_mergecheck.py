@@ -29,6 +29,8 @@ HALTED = (RequestState.CANCELLING, RequestState.LANDED, RequestState.ERROR,
           RequestState.CANCELLED)
 
 
+RESULT_DEFAULTS = {"code": "", "tip": "", "moved": False, "round": 0}  # not untested_tree
+
 def request_in(state: RequestState, *uris: str, script: MergeOutcome | None = None) -> Seed:
     async def seed(rig: Rig) -> None:
         await rig.request(1, state, version=3, uris=uris or None)
@@ -54,7 +56,7 @@ def checked_and_signalled(uris: tuple[str, ...], **result: object) -> Check:
         spec = MergeSpec(queue="demo", id=R, steps=(MergeStep(R, uris, LandStrategy.REBASE),))
         assert rig.seam("merger").calls == [("check", (spec,))]
         expected = {"id": R, "queue": "demo", "reason": "", "outputs": [],
-                    "conflicting_paths": [], "commits": {}, **result}
+                    "conflicting_paths": [], "commits": {}, **RESULT_DEFAULTS, **result}
         assert rig.broker.payload("mergeconflictsignal", R) == expected
     return check
 

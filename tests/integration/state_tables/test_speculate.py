@@ -19,6 +19,7 @@ import pytest
 
 from app.controllers import speculate
 from app.controllers.speculate import SpeculateController
+from app.db.repos import epochs as epoch_repo
 from app.domain.entities import PathEntry, SpeculationPath
 from app.domain.errors import NotFound
 from app.domain.queue_config import SpeculationConfig
@@ -80,8 +81,15 @@ def msg(n: int) -> dict[str, Any]:
     return {"id": batch_id(n), "queue": "demo"}
 
 
-def queue(*batches: B, budget: int | None = None, coverage: bool = False) -> Seed:
+def queue(*batches: B, budget: int | None = None, coverage: bool = False,
+          moved: bool = False) -> Seed:
+    """The batches; with ``moved``, the merger found the target moved outside the queue
+    once (trunk epoch 1), after every seeded build was triggered (epoch 0)."""
     async def seed(rig: Rig) -> None:
+        if moved:
+            async with rig.db.write() as s:
+                await epoch_repo.record(s, queue="demo", tip_sha="f" * 40,
+                                        batch_id=batch_id(9), now_ms=T0)
         if budget is not None:
             rig.configure(build_budget=budget)
         if coverage:
@@ -166,6 +174,16 @@ def entries_are(n: int, *expected: tuple[SpeculationPath, PathStatus, int]) -> C
     return check
 
 
+def rebuilt_counted(n: int) -> Check:
+    """The move's epoch counts ``n`` rebuilt paths, and so does the metric."""
+    async def check(rig: Rig) -> None:
+        async with rig.db.read() as s:
+            latest = await epoch_repo.latest(s, queue="demo")
+        assert latest is not None and (latest.epoch, latest.rebuilt) == (1, n)
+        assert rig.metrics.rebuilt == [("demo", n)]
+    return check
+
+
 def payloads(rig: Rig, topic: str) -> list[Any]:
     return [p.payload for p in rig.broker.published if p.topic == topic]
 
@@ -226,6 +244,8 @@ RUNNING_1 = B(1, SPEC, entries=(E(P1, BUILDING, BuildStatus.RUNNING),))
 FAILED_BY = f"{NO_PATH_PASSED}; last builds: build-1 (failed, {URL})"
 LOST_BY = f"{NO_PATH_PASSED}; last builds: build-1 (errored after 5 attempts, {URL})"
 TERMINAL_LIVE = "batch terminal, some member not terminal"
+OUTDATED = ("``speculating``, a path passed or building in an older trunk epoch (its build "
+            "ran on a tip the target no longer has: it moved outside the queue)")
 NOTHING_YET = "batch ``creating`` / ``speculating`` / ``cancelling``"
 
 TABLE = StateTable(speculate, [
@@ -303,6 +323,10 @@ TABLE = StateTable(speculate, [
     Case("``speculating``", queue(B(1, SPEC, entries=(
         E(P1, BUILDING, BuildStatus.ERRORED),))), msg(1), name="errored-build-gets-attempt-2",
          published=[build(P1, 2)], check=both(entries_are(1, (P1, PENDING, 2)))),
+    *[Case(OUTDATED, queue(B(1, SPEC, entries=(E(P1, st, bs),)), moved=True), msg(1),
+           name=f"{st.value}-in-an-older-epoch-is-rebuilt", published=[build(P1, 2)],
+           check=both(entries_are(1, (P1, PENDING, 2)), rebuilt_counted(1)))
+      for st, bs in ((PASSED, BuildStatus.SUCCEEDED), (BUILDING, BuildStatus.RUNNING))],
     Case("``speculating``", queue(B(1, SPEC, entries=(
         E(P1, BUILDING, BuildStatus.ERRORED, attempt=5),))), msg(1),
          name="errored-at-the-last-attempt-fails", published=concluded(1),
@@ -350,7 +374,7 @@ def test_every_documented_row_has_a_case() -> None:
 
 def test_both_tables_are_read() -> None:
     rows = TABLE.rows()
-    assert "batch missing" in rows and "``merging``" in rows and len(rows) == 10
+    assert "batch missing" in rows and "``merging``" in rows and len(rows) == 11
 
 
 @pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
