@@ -22,7 +22,7 @@ SubmitQueueError
 ├── InvalidState                     409
 ├── ValidationError                  400
 │   └── Undecodable                  (a dead letter naming no entity; parked)
-├── ChangeRejected                   400 (the change provider refused the change)
+├── ChangeRejected                   (the change provider refused it; never reaches the API)
 ├── Unauthorized                     401 + WWW-Authenticate: Bearer
 │   └── BadSignature                 401 (a CI request's signature)
 ├── Forbidden                        403
@@ -54,7 +54,7 @@ SubmitQueueError
 | ``Unauthorized`` | no or a wrong token | no | 401 |
 | ``BadSignature`` | a CI request's ``X-SubmitQueue-Signature`` is missing, malformed, stale or wrong | no | 401 |
 | ``Forbidden`` / ``AdminDisabled`` | the caller may not do this / the admin API is off | no | 403 |
-| ``ChangeRejected`` | the change cannot land as it is (unknown, stale, unreadable) | no | 400 |
+| ``ChangeRejected`` | the change cannot land as it is (unknown, stale, unreadable) | no | - (ends the request `error`) |
 | ``BuildTriggerRefused`` | the CI answered a trigger with a permanent error | no | - |
 | ``Undecodable`` | a dead letter names no entity a reconciler can act on | no, parked | - |
 | ``Unattributed`` | a ``speculate`` dead letter names no batch | no, parked | - |
