@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -19,7 +18,7 @@ from app.db.tables import request_summaries as sum_t
 from app.domain.errors import ValidationError
 from app.domain.messages import CANCEL
 from tests.conftest import BACKENDS
-from tests.support.gateway import SHA, URI_A, URI_B, Env, error, land, make_env
+from tests.support.gateway import SHA, URI_A, URI_B, Env, error, land
 
 pytestmark = pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
 
@@ -28,17 +27,6 @@ LIST = "/api/v1/queues/demo/requests"
 PHAB = "phab://phab.example.com/D12/3"
 NO_CURSOR_QUERY = {"queue": "demo", "since_ms": None, "until_ms": None, "status": None,
                    "change_uri": None}
-
-
-@pytest.fixture
-async def env(database_url: str) -> AsyncIterator[Env]:
-    e = await make_env(database_url)
-    try:
-        yield e
-    finally:
-        await e.client.aclose()
-        await e.runtime.broker.close()
-        await e.runtime.db.dispose()
 
 
 def raw_json(body: Any) -> dict[str, Any]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -45,17 +44,6 @@ pytestmark = pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
 
 URL = "/api/v1/queues/demo/requests"
 COMMIT = "c" * 40
-
-
-@pytest.fixture
-async def env(database_url: str) -> AsyncIterator[Env]:
-    e = await make_env(database_url)
-    try:
-        yield e
-    finally:
-        await e.client.aclose()
-        await e.runtime.broker.close()
-        await e.runtime.db.dispose()
 
 
 async def post(env: Env, *uris: str, **headers: str) -> httpx.Response:
