@@ -36,7 +36,7 @@ test: $(STAMP_DEV)
 
 bench-queue: $(STAMP_DEV)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
-	$(BIN)/python bench/queue_bench.py
+	$(BIN)/python -m bench.queue_bench
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

@@ -12,15 +12,13 @@ import itertools
 import json
 import re
 from collections import Counter, defaultdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 
 from bench._chaos_plan import QUEUE, Change, Sandbox, shared_original
+from bench._chaos_types import ChaosRunView
 from bench._servers import TERMINAL, queue_rows, request_any
-
-if TYPE_CHECKING:
-    from bench.chaos import ChaosRun
 
 # Statuses every history must hold, in this order, for each terminal status.
 MILESTONES = {
@@ -188,7 +186,7 @@ def tree_problems(batches: list[dict[str, Any]], built: list[dict[str, Any]],
     return problems, checked
 
 
-async def check_run(run: ChaosRun, client: httpx.AsyncClient, sandbox: Sandbox) -> None:
+async def check_run(run: ChaosRunView, client: httpx.AsyncClient, sandbox: Sandbox) -> None:
     r = run.result
     listed = await run.list_requests(client)
     items = {i["sqid"]: i for i in listed}

@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from bench.queue_bench import OnStart, Workload
+    from bench._queue_workload import OnStart, Workload
 
 
 class PgQueuerSystem:

@@ -47,32 +47,10 @@ from app.queue import (
     backend_for_url,
 )
 from app.queue.backends import postgres_dsn_from_url
+from bench._queue_workload import OnStart, Workload
 
 SYSTEMS = ("sqlite", "postgres", "pgqueuer", "procrastinate")
 TOPIC, GROUP = "bench", "bench"
-OnStart = Callable[[str, int, int], None]  # (phase, partition, index) at handler start
-
-
-@dataclass(frozen=True)
-class Workload:
-    messages: int
-    partitions: int
-    publishers: int
-    consumers: int
-    concurrency: int
-    latency_messages: int
-    latency_rate: float
-    timeout: float
-
-    def plan(self) -> list[list[tuple[int, int]]]:
-        """Per publisher, the (partition, index) pairs it publishes, in order."""
-        plans: list[list[tuple[int, int]]] = [[] for _ in range(self.publishers)]
-        for k in range(self.messages):
-            p = k % self.partitions
-            plans[p % self.publishers].append((p, k // self.partitions))
-        return plans
-
-
 @dataclass
 class Result:
     system: str

@@ -28,16 +28,14 @@ retryable (the same snapshot plans the same way), and the controller adds the qu
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, NoReturn
+from typing import NoReturn
 
 from app.domain.entities import PathEntry
 from app.domain.errors import PlanError
 from app.domain.states import BatchState, PathStatus
 from app.speculation import core
 from app.speculation.core import Resolution
-
-if TYPE_CHECKING:
-    from app.speculation.planner import Plan, PlanInput
+from app.speculation.plans import Plan, PlanInput
 
 
 class PlanInvariantError(PlanError, AssertionError):
