@@ -3,7 +3,7 @@
 | Loaded state | Relative to checkpoint | Action |
 |---|---|---|
 | batch ``merging``, every member live | before | log ``landing`` per member; check the delivery still holds its lease (``ensure_held``: a stale holder raises ``LeaseLost`` and never pushes; its successor merges); merge the members' changes in order as one update, handing the merger the trees of the batch's passed builds whose assumptions came true (``MergeSpec.tested``: it lands only one of those, else fails ``untested_tree``; infrastructure errors propagate and are retried; the merger recognises changes already landed); publish the result, with each member's landed commits or the typed failure, to ``mergesignal`` (id = batch id, plus ``/r<n>`` for the n-th round after moves of the target sent the batch back to speculation) |
-| batch ``merging``, a member terminal or missing | superseded | refuse: nothing is merged or pushed, no ``landing`` log; publish a ``failed`` result naming the members and their states to ``mergesignal``, which fails the batch with that reason (the members keep their terminal states; the queue re-plans without the batch) |
+| batch ``merging``, a member terminal or missing | superseded | refuse: nothing is merged or pushed, no ``landing`` log; publish a ``failed`` result naming the members and their states to ``mergesignal`` (the round's id and ``round``, as below), which fails the batch with that reason (the members keep their terminal states; the queue re-plans without the batch) |
 | batch terminal or halted | beyond | ack |
 | batch ``speculating`` after a move of the target sent it back (a trunk epoch names it) | superseded | ack (that round's merge is over; the next round has its own message id) |
 | batch ``creating`` / ``created``, or ``speculating`` with no move on record | invalid | raise ``InvalidState`` |
@@ -29,14 +29,16 @@ class MergeController(StageController):
     async def process(self, delivery: Delivery) -> None:
         msg = EntityMsg.model_validate(delivery.payload)
         async with self.deps.db.read() as s:
+            # The round first: a move records its epoch and writes the batch back to
+            # ``speculating`` in one transaction, so a batch read ``merging`` after it
+            # is in that round (see ``SpeculateController._dispatch_merge``).
+            round_ = await epoch_repo.rounds(s, queue=msg.queue, batch_id=msg.id)
             batch = await batch_repo.get(s, queue=msg.queue, id=msg.id)
             members = await request_repo.get_many(s, queue=msg.queue, ids=batch.contains)
         if batch.state.halted:
             return
-        if batch.state is BatchState.SPECULATING:
-            async with self.deps.db.read() as s:
-                if await epoch_repo.rounds(s, queue=batch.queue, batch_id=batch.id):
-                    return  # a move sent it back to speculation: that round's merge is over
+        if batch.state is BatchState.SPECULATING and round_:
+            return  # a move sent it back to speculation: that round's merge is over
         if batch.state is not BatchState.MERGING:
             raise InvalidState(f"batch {batch.id} is {batch.state}; merge needs merging")
         # A member that already ended (say ``error``) must not have its change land:
@@ -44,15 +46,13 @@ class MergeController(StageController):
         # since what passed the build is the combination of all of them.
         ended = [f"{m} is {members[m].state}" if m in members else f"{m} is missing"
                  for m in batch.contains if m not in members or members[m].state.terminal]
+        suffix = epoch_repo.round_suffix(round_)
         if ended:
             await self.deps.publish(MERGESIGNAL, ResultMsg(
                 id=batch.id, queue=batch.queue, outcome="failed",
                 reason=f"refused to land: {', '.join(ended)}; a batch lands only while "
-                       "every member is live"), message_id=batch.id)
+                       "every member is live", round=round_), message_id=batch.id + suffix)
             return
-        async with self.deps.db.read() as s:
-            round_ = await epoch_repo.rounds(s, queue=batch.queue, batch_id=batch.id)
-        suffix = epoch_repo.round_suffix(round_)
         now = self.deps.now()
         await self.deps.publish_logs([
             status_log(batch.queue, m, "landing", now=now, occurrence=batch.id + suffix,

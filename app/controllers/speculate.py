@@ -394,9 +394,20 @@ class SpeculateController:
 
     async def _dispatch_merge(self, batch: Batch,
                               extra: dict[str, object] | None = None) -> None:
+        """Dispatch the merge of ``batch``'s current round, if it is still ``merging``.
+
+        The round is read before the batch is read again: a move of the target records
+        its epoch and writes the batch back to ``speculating`` in one transaction, so a
+        batch still ``merging`` after the round was read is in that round. Without the
+        second read, a holder of an old ``merging`` row could take the next round's
+        message id (``merge-dispatch/r<n>``) and that round's real merge would be dropped
+        as its duplicate."""
         async with self.deps.db.read() as s:
-            suffix = epoch_repo.round_suffix(
-                await epoch_repo.rounds(s, queue=batch.queue, batch_id=batch.id))
+            round_ = await epoch_repo.rounds(s, queue=batch.queue, batch_id=batch.id)
+            current = await batch_repo.get(s, queue=batch.queue, id=batch.id)
+        if current.state is not BatchState.MERGING:
+            return  # it moved on; whoever wrote its newer state dispatches what follows
+        suffix = epoch_repo.round_suffix(round_)
         now = self.deps.now()
         md: dict[str, object] = {"batch_id": batch.id, **(extra or {})}
         await self.deps.publish_logs([

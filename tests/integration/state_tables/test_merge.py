@@ -96,6 +96,24 @@ def refused(reason: str) -> Check:
     return check
 
 
+async def ended_in_round_1(rig: Rig) -> None:
+    """Request 2 ended while batch 1 was ``merging`` in its second round (its first merge
+    found the target moved: epoch 1 names it)."""
+    await batch_in(BatchState.MERGING, (RequestState.ERROR, 4))(rig)
+    async with rig.db.write() as s:
+        await epoch_repo.record(s, queue="demo", tip_sha="e" * 40, batch_id=B, now_ms=1)
+
+
+async def refused_in_round_1(rig: Rig) -> None:
+    """Regression: the refusal carries the round and its id (``<batch>/r1``); with the
+    first round's id and ``round`` 0 it was dropped as a duplicate of round 0's result
+    (or ignored as an earlier round's) and the batch stayed ``merging``."""
+    assert rig.calls() == {}
+    p = rig.broker.payload("mergesignal", f"{B}/r1")
+    assert (p["outcome"], p["round"]) == ("failed", 1)
+    assert p["reason"].startswith("refused to land: demo/2 is error")
+
+
 def not_merged(rig_calls: dict[str, list[str]] | None = None) -> Check:
     async def check(rig: Rig) -> None:
         assert rig.calls() == (rig_calls or {})
@@ -133,6 +151,9 @@ TABLE = StateTable(merge, [
     *[Case(ENDED, batch_in(BatchState.MERGING, (st, 4)), MSG, name=f"member-{st.value}",
            published=[SIGNAL], writes_nothing=True, check=refused(f"demo/2 is {st.value}"))
       for st in (RequestState.ERROR, RequestState.LANDED, RequestState.CANCELLED)],
+    Case(ENDED, ended_in_round_1, MSG, name="member-error-in-a-later-round",
+         published=[("mergesignal", "demo", f"{B}/r1")], writes_nothing=True,
+         check=refused_in_round_1),
     Case(ENDED, batch_in(BatchState.MERGING, None), MSG, name="member-missing",
          published=[SIGNAL], writes_nothing=True, check=refused("demo/2 is missing")),
     *[Case("batch terminal or halted", batch_in(st), MSG, name=st.value, published=[],

@@ -19,6 +19,7 @@ import pytest
 
 from app.controllers import speculate
 from app.controllers.speculate import SpeculateController
+from app.db.repos import batches as batch_repo
 from app.db.repos import epochs as epoch_repo
 from app.domain.entities import PathEntry, SpeculationPath
 from app.domain.errors import NotFound
@@ -31,6 +32,7 @@ from tests.support.controllers import (
     NOW_MS,
     Case,
     Check,
+    FakeDelivery,
     Rig,
     Seed,
     StateTable,
@@ -397,3 +399,41 @@ async def test_crash_before_publishing_is_repaired(rig: Rig, case: Case, crash: 
                          ids=lambda c: c.id)
 async def test_a_duplicate_delivery_writes_nothing(rig: Rig, case: Case) -> None:
     await run_redelivery(rig, SpeculateController(rig.deps), "speculate", case)
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+async def test_a_stale_merge_redispatch_leaves_the_next_round_its_id(
+        rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression (``bench.chaos`` seed 1 left a batch ``merging`` for good): the pre-step
+    read batch 1 ``merging``; before it re-dispatched, mergesignal sent the batch back to
+    speculation (the target moved: an epoch names it, round 1). The stale pre-step sent
+    ``merge-dispatch/r1``; the merge consumer acked it (the batch was speculating), and
+    round 1's real merge, decided later, was dropped as its duplicate."""
+    await queue(B(1, MERGING, entries=(E(P1, PASSED, BuildStatus.SUCCEEDED),)))(rig)
+    rounds = epoch_repo.rounds
+    moved: list[int] = []
+
+    async def a_move_lands_first(session: Any, *, queue: str, batch_id: str) -> int:
+        if not moved:  # mergesignal's move commits between the batch read and this one
+            moved.append(1)
+            old = await rig.get_batch(1)
+            async with rig.db.write() as s:
+                await epoch_repo.record(s, queue=queue, tip_sha="e" * 40, batch_id=batch_id,
+                                        now_ms=NOW_MS)
+                await batch_repo.update(s, old=old, new=replace(old, state=SPEC,
+                                                                version=old.version + 1),
+                                        now_ms=NOW_MS)
+        return await rounds(session, queue=queue, batch_id=batch_id)
+
+    monkeypatch.setattr(epoch_repo, "rounds", a_move_lands_first)
+    controller = SpeculateController(rig.deps)
+    await controller.process(FakeDelivery("speculate", msg(1)))
+    assert moved and payloads(rig, "merge") == [], rig.broker.keys()
+    # Round 1's merge, decided later, is dispatched under its own id.
+    old = await rig.get_batch(1)
+    async with rig.db.write() as s:
+        await batch_repo.update(s, old=old, new=replace(old, state=MERGING,
+                                                        version=old.version + 1),
+                                now_ms=NOW_MS)
+    await SpeculateController(rig.deps).process(FakeDelivery("speculate", msg(1)))
+    assert rig.broker.payload("merge", f"{batch_id(1)}/merge-dispatch/r1") == msg(1)
