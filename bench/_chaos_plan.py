@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from app.extensions.gitutil import git_env
+from app.extensions.git.cli import git_env
 
 QUEUE = "sandbox"
 REPO_KEY = "sandbox.local/sandbox"

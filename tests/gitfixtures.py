@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Self
 from urllib.parse import quote
 
-from app.extensions.gitutil import git_env
+from app.extensions.git.cli import git_env
 
 SANDBOX_KEY = "sandbox.local/sandbox"
 SEED = {"a.txt": "one\ntwo\nthree\n"}
@@ -35,6 +35,33 @@ def write_queues(folder: Path, text: str) -> Path:
     path = folder / "queues.yaml"
     path.write_text(text)
     return path
+
+
+FAKE_BUILDS = "{type: fake, delay_ms: 0}"
+
+
+def git_queue(name: str = "gitq", *, repository: str = "./remote.git",
+              repo_key: str = SANDBOX_KEY, build_runner: str = FAKE_BUILDS,
+              conflicts: str | None = "{type: pathoverlap, by: directory}",
+              git_extra: str = "", extra: str = "") -> str:
+    """One git queue of a queues file (YAML, indented for ``queues:``): the git change
+    provider and merger on ``repository``'s ``main``, squash-rebase by default.
+    ``git_extra`` and ``extra`` are further lines of its ``git`` block and of the queue."""
+    lines = [f"  - name: {name}", "    change_provider: {type: git}", "    merger: {type: git}",
+             "    git:", f"      repository: {repository}", f"      repo_key: {repo_key}",
+             "      target_branch: main"]
+    lines += [f"      {line.strip()}" for line in git_extra.splitlines() if line.strip()]
+    lines += [f"    build_runner: {build_runner}"]
+    if conflicts:
+        lines.append(f"    conflict_analyzer: {conflicts}")
+    lines.append("    default_strategy: squash_rebase")
+    lines += [f"    {line.strip()}" for line in extra.splitlines() if line.strip()]
+    return "\n".join(lines) + "\n"
+
+
+def queues_file(*queues: str) -> str:
+    """A queues file holding ``queues`` (each from :func:`git_queue` or alike)."""
+    return "queues:\n" + "".join(queues)
 
 
 class GitSandbox:

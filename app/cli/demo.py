@@ -34,7 +34,7 @@ from app.domain.errors import ValidationError
 from app.domain.queue_config import GitConfig, QueueConfig
 from app.domain.states import LandStrategy
 from app.extensions.factory import load_queues_file, prepare_repository
-from app.extensions.gitutil import GitError
+from app.extensions.git.cli import GitError
 from app.settings import get_settings
 
 

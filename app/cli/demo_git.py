@@ -21,7 +21,7 @@ from pathlib import Path
 from types import TracebackType
 from urllib.parse import quote
 
-from app.extensions.gitutil import repo_url, run_git
+from app.extensions.git.cli import repo_url, run_git
 
 AUTHOR_NAME = "SubmitQueue Demo"
 AUTHOR_EMAIL = "demo@submitqueue.invalid"

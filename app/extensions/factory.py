@@ -35,15 +35,15 @@ from app.extensions.base import (
 from app.extensions.builds.command import CommandBuildRunner
 from app.extensions.builds.fake import FakeBuildRunner
 from app.extensions.builds.memory import MemoryBuildStore
-from app.extensions.builds.publish import TreePublisher
 from app.extensions.builds.sandbox import Bwrap
 from app.extensions.builds.webhook import WebhookBuildRunner
 from app.extensions.changes.fake import FakeChangeProvider
-from app.extensions.changes.git import GitChangeProvider
 from app.extensions.conflict.analyzers import AllAnalyzer, NoneAnalyzer, PathOverlapAnalyzer
-from app.extensions.gitutil import git_env
+from app.extensions.git.cli import git_env
+from app.extensions.git.merger import GitMerger
+from app.extensions.git.provider import GitChangeProvider
+from app.extensions.git.publish import TreePublisher
 from app.extensions.merger.fake import FakeMerger, NoopMerger
-from app.extensions.merger.git import GitMerger
 
 
 def _git(config: QueueConfig) -> GitConfig:

@@ -13,26 +13,15 @@ import pytest_asyncio
 
 from tests.browser.conftest import screenshot
 from tests.e2e.harness import Server, serve
-from tests.gitfixtures import SANDBOX_KEY, GitSandbox, write_queues
+from tests.gitfixtures import SANDBOX_KEY, GitSandbox, git_queue, queues_file, write_queues
 
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.timeout(90)]
 
-QUEUES = """\
-queues:
-  - name: gitq
-    description: Real git sandbox with real builds
-    change_provider: {type: git}
-    merger: {type: git}
-    git:
-      repository: ./sandbox.git
-      repo_key: sandbox.local/sandbox
-      target_branch: main
-      create_sandbox: true
-    build_runner: {type: command, command: ["{python}", "sq_test.py"], timeout_s: 60,
-                   max_parallel: 2}
-    conflict_analyzer: {type: pathoverlap, by: directory}
-    default_strategy: squash_rebase
-"""
+QUEUES = queues_file(git_queue(
+    repository="./sandbox.git", git_extra="create_sandbox: true",
+    build_runner='{type: command, command: ["{python}", "sq_test.py"], timeout_s: 60, '
+                 'max_parallel: 2}',
+    extra="description: Real git sandbox with real builds"))
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")

@@ -21,7 +21,7 @@ from app.cli.demo_git import AUTHOR_EMAIL, AUTHOR_NAME, plan
 from app.cli.root import cli
 from app.cli.table import LiveTable, Row, trail
 from app.domain.queue_config import BuildRunnerConfig
-from app.extensions.gitutil import git_env
+from app.extensions.git.cli import git_env
 from tests.conftest import BACKENDS
 from tests.e2e.harness import free_port, serve
 

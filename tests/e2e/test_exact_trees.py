@@ -23,8 +23,8 @@ import sqlalchemy as sa
 from app.db import tables
 from tests.conftest import BACKENDS
 from tests.e2e.harness import Server, serve
-from tests.e2e.test_git_builds import QUEUES, wait_for
-from tests.gitfixtures import SANDBOX_KEY, GitSandbox, write_queues
+from tests.gitfixtures import SANDBOX_KEY, GitSandbox, git_queue, queues_file, write_queues
+from tests.support.polls import wait_for
 
 pytestmark = [
     pytest.mark.parametrize("database_url", BACKENDS, indirect=True),
@@ -36,8 +36,10 @@ BUILD_PY = """\
 import json, os, sys, time
 if os.path.exists("hold.json"):
     spec = json.load(open("hold.json"))
-    with open(os.path.join(spec["pids"], os.environ["SQ_BUILD_ID"]), "w") as fh:
+    tmp = spec["pids"] + "." + os.environ["SQ_BUILD_ID"]  # written whole, then renamed
+    with open(tmp, "w") as fh:
         fh.write(os.environ["SQ_BASE"])
+    os.replace(tmp, os.path.join(spec["pids"], os.environ["SQ_BUILD_ID"]))
     deadline = time.time() + 60
     while os.path.exists(spec["hold"]) and time.time() < deadline:
         time.sleep(0.05)
@@ -82,8 +84,10 @@ async def scenario(database_url: str, tmp_path: Path, pushed: str) -> dict[str, 
     hold, pids = tmp_path / "hold", tmp_path / "pids"
     hold.write_text("held")
     pids.mkdir()
-    write_queues(tmp_path, QUEUES.replace("max_parallel: 2}", "max_parallel: 2, sandbox: none}")
-                 .replace("      create_sandbox: true\n", ""))
+    write_queues(tmp_path, queues_file(git_queue(
+        repository="./sandbox.git",
+        build_runner='{type: command, command: ["{python}", "build.py"], timeout_s: 90, '
+                     'max_parallel: 2, sandbox: none}')))
     repo = Repo(tmp_path)
     old_tip = repo.tip()
     change = repo.branch("feature", {"a.txt": "a\n", "hold.json": json.dumps(

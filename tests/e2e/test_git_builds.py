@@ -24,7 +24,7 @@ from app.domain.queue_config import GitConfig
 from app.extensions.factory import prepare_repository
 from tests.conftest import BACKENDS
 from tests.e2e.harness import TERMINAL, Server, free_port, serve
-from tests.gitfixtures import SANDBOX_KEY, GitSandbox, write_queues
+from tests.gitfixtures import SANDBOX_KEY, GitSandbox, git_queue, queues_file, write_queues
 from tests.support.polls import wait_for
 from tests.support.procs import alive
 from tests.support.procs import await_healthy as wait_healthy
@@ -41,8 +41,10 @@ import json, os, sys, time
 import sq_test
 if os.path.exists("hold.json"):
     spec = json.load(open("hold.json"))
-    with open(os.path.join(spec["pids"], os.environ["SQ_BUILD_ID"]), "w") as fh:
+    tmp = spec["pids"] + "." + os.environ["SQ_BUILD_ID"]  # written whole, then renamed
+    with open(tmp, "w") as fh:
         fh.write(str(os.getpid()))
+    os.replace(tmp, os.path.join(spec["pids"], os.environ["SQ_BUILD_ID"]))
     deadline = time.time() + 60
     while os.path.exists(spec["hold"]) and time.time() < deadline:
         time.sleep(0.1)
@@ -52,20 +54,10 @@ sys.exit(sq_test.main())
 """
 
 
-QUEUES = """\
-queues:
-  - name: gitq
-    change_provider: {type: git}
-    merger: {type: git}
-    git:
-      repository: ./sandbox.git
-      repo_key: sandbox.local/sandbox
-      target_branch: main
-      create_sandbox: true
-    build_runner: {type: command, command: ["{python}", "build.py"], timeout_s: 90, max_parallel: 2}
-    conflict_analyzer: {type: pathoverlap, by: directory}
-    default_strategy: squash_rebase
-"""
+QUEUES = queues_file(git_queue(
+    repository="./sandbox.git", git_extra="create_sandbox: true",
+    build_runner='{type: command, command: ["{python}", "build.py"], timeout_s: 90, '
+                 'max_parallel: 2}'))
 
 
 class Sandbox(GitSandbox):

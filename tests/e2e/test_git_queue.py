@@ -12,26 +12,14 @@ import pytest
 
 from tests.conftest import BACKENDS
 from tests.e2e.harness import serve
-from tests.gitfixtures import SANDBOX_KEY, GitSandbox, write_queues
+from tests.gitfixtures import SANDBOX_KEY, GitSandbox, git_queue, queues_file, write_queues
 
 pytestmark = [
     pytest.mark.parametrize("database_url", BACKENDS, indirect=True),
     pytest.mark.timeout(90),
 ]
 
-QUEUES = """\
-queues:
-  - name: gitq
-    change_provider: {type: git}
-    merger: {type: git}
-    git:
-      repository: ./remote.git
-      repo_key: sandbox.local/sandbox
-      target_branch: main
-    build_runner: {type: fake, delay_ms: 0}
-    conflict_analyzer: {type: pathoverlap, by: directory}
-    default_strategy: squash_rebase
-"""
+QUEUES = queues_file(git_queue())
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from app.domain import messages as m
 from app.extensions.merger.fake import landed_sha
 from tests.conftest import BACKENDS
 from tests.e2e.harness import Server, change, serve
-from tests.gitfixtures import SANDBOX_KEY, GitSandbox, write_queues
+from tests.gitfixtures import SANDBOX_KEY, GitSandbox, git_queue, queues_file, write_queues
 
 pytestmark = [
     pytest.mark.parametrize("database_url", BACKENDS, indirect=True),
@@ -123,28 +123,10 @@ async def test_an_idempotency_key_returns_the_first_sqid(
         assert list(await server.statuses_of_queue()) == [sqid]
 
 
-GIT_QUEUES = """\
-queues:
-  - name: gitq
-    change_provider: {type: git}
-    merger: {type: git}
-    git:
-      repository: ./remote.git
-      repo_key: sandbox.local/sandbox
-      target_branch: main
-      move_head_branches: true
-    build_runner: {type: fake, delay_ms: 0}
-    default_strategy: squash_rebase
-  - name: plainq
-    change_provider: {type: git}
-    merger: {type: git}
-    git:
-      repository: ./plain.git
-      repo_key: sandbox.local/plain
-      target_branch: main
-    build_runner: {type: fake, delay_ms: 0}
-    default_strategy: squash_rebase
-"""
+GIT_QUEUES = queues_file(
+    git_queue(git_extra="move_head_branches: true", conflicts=None),
+    git_queue("plainq", repository="./plain.git", repo_key="sandbox.local/plain",
+              conflicts=None))
 
 
 @pytest.mark.slow

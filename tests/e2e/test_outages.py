@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import BACKENDS
 from tests.e2e.harness import Server, serve
-from tests.gitfixtures import SANDBOX_KEY, GitSandbox, write_queues
+from tests.gitfixtures import SANDBOX_KEY, GitSandbox, git_queue, queues_file, write_queues
 
 pytestmark = [
     pytest.mark.parametrize("database_url", BACKENDS, indirect=True),
@@ -23,20 +23,7 @@ pytestmark = [
     pytest.mark.slow,
 ]
 
-QUEUES = """\
-queues:
-  - name: gitq
-    change_provider: {type: git}
-    merger: {type: git}
-    git:
-      repository: ./remote.git
-      repo_key: sandbox.local/sandbox
-      target_branch: main
-    build_runner: {type: fake, delay_ms: 0}
-    conflict_analyzer: {type: all}
-    default_strategy: squash_rebase
-    outages: {window_s: %s}
-"""
+QUEUES = queues_file(git_queue(conflicts="{type: all}", extra="outages: {window_s: %s}"))
 
 FAST = {"outage_threshold": 2, "outage_probe_initial_ms": 200, "outage_probe_max_ms": 800,
         "outage_recheck_ms": 300, "speculate_resync_ms": 1000,
@@ -142,23 +129,10 @@ async def test_an_outage_longer_than_the_window_ends_requests_dependency_unavail
             assert removal["kind"] == "dependency_unavailable", removal
 
 
-BUILD_QUEUES = """\
-queues:
-  - name: gitq
-    change_provider: {type: git}
-    merger: {type: git}
-    git:
-      repository: ./remote.git
-      repo_key: sandbox.local/sandbox
-      target_branch: main
-    build_runner:
-      type: command
-      sandbox: none
-      command: ["sh", "-c", "if [ -e %s ]; then echo 'cache down' >&2; exit 75; fi; test -f a.txt"]
-    conflict_analyzer: {type: all}
-    default_strategy: squash_rebase
-    build_budget: 2
-"""
+BUILD_QUEUES = queues_file(git_queue(
+    conflicts="{type: all}", extra="build_budget: 2",
+    build_runner='{type: command, sandbox: none, command: ["sh", "-c", "if [ -e %s ]; '
+                 'then echo \'cache down\' >&2; exit 75; fi; test -f a.txt"]}'))
 
 
 async def test_a_build_system_outage_holds_the_builds_and_loses_nothing(

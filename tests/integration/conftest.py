@@ -1,4 +1,7 @@
-"""Fixtures of the integration tests."""
+"""Fixtures of the integration tests: the gateway ``env``, and the command runner's
+``remote`` (a seeded git remote), ``store`` (the SQL build store) and ``make_runner``
+from ``tests/support/commandrunner.py``. A module that defines a fixture of the same
+name (``remote`` in the git tests) uses its own."""
 
 from __future__ import annotations
 
@@ -6,6 +9,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from tests.support.commandrunner import (  # noqa: F401 - the command runner's fixtures
+    make_runner,
+    remote,
+    store,
+)
 from tests.support.gateway import Env, make_env
 
 

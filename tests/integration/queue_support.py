@@ -1,4 +1,4 @@
-"""Helpers for queue tests: a started broker, recording controllers, waiting."""
+"""Helpers for queue tests: a topology, a started broker, recording controllers, waiting."""
 
 from __future__ import annotations
 
@@ -8,7 +8,24 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from app.queue import Broker, ConsumerService, ConsumerSpec, Delivery, Topology, backend_for_url
+from app.queue import (
+    Broker,
+    ConsumerService,
+    ConsumerSpec,
+    Delivery,
+    TopicSpec,
+    Topology,
+    backend_for_url,
+)
+
+
+def topology(*specs: TopicSpec, groups: tuple[str, ...] = ("g",)) -> Topology:
+    topo = Topology()
+    for spec in specs:
+        topo.declare(spec)
+        for g in groups:
+            topo.subscribe(spec.name, g)
+    return topo
 
 
 @asynccontextmanager

@@ -1,4 +1,3 @@
-# ruff: noqa: F811 - the fixtures of test_command_runner are imported by name
 """The command runner when its build system is down: a command exiting with an
 infrastructure code (75) gives no verdict; the build stays live and runs again."""
 
@@ -14,14 +13,11 @@ from app.db.repos.build_runs import SqlBuildStore
 from app.domain.states import BuildStatus
 from app.extensions.base import BuildSystemUnavailable
 from app.extensions.builds.command import INFRA_DETAIL, CommandBuildRunner
-from tests.integration.test_command_runner import (  # noqa: F401 - fixtures
+from tests.support.commandrunner import (
     Remote,
     RunnerFactory,
     finished,
-    make_runner,
-    remote,
     request,
-    store,
 )
 
 pytestmark = pytest.mark.timeout(60)

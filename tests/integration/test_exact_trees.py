@@ -1,7 +1,7 @@
 """Exact trees (issue 18), on real git: a landing's tree is always a passed build's tree,
 or the merge is refused ``untested_tree`` and the target is left as it was.
 
-Builds are made by the command runner's own tree maker (``builds/tree.py``), either in
+Builds are made by the command runner's own tree maker (``git/tree.py``), either in
 the request's strategy shape (what the queue does) or the old way (every change's
 commits cherry-picked, whatever the strategy), so the guard meets trees that differ
 from the landing's. Histories include a constructed one where a 3-way merge and a
@@ -22,10 +22,10 @@ from hypothesis import strategies as st
 
 from app.domain.states import LandStrategy
 from app.extensions.base import MergeSpec, MergeStep, TestedTree
-from app.extensions.builds.tree import TreeRefused, speculative_tree
-from app.extensions.gitutil import GitMirror
-from app.extensions.merger.git import GitMerger
-from tests.integration.test_git_extensions import KEY, Remote, uri
+from app.extensions.git.cli import GitMirror
+from app.extensions.git.merger import GitMerger
+from app.extensions.git.tree import TreeRefused, speculative_tree
+from tests.support.gitremote import KEY, Remote, uri
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -10,8 +10,8 @@ import pytest
 
 from app.domain.states import LandStrategy
 from app.extensions.base import MergeSpec, MergeStep
-from app.extensions.merger.git import GitMerger
-from tests.integration.test_git_extensions import KEY, Remote, spec, uri
+from app.extensions.git.merger import GitMerger
+from tests.support.gitremote import KEY, Remote, spec, uri
 
 pytestmark = pytest.mark.timeout(60)
 

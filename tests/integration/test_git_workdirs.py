@@ -24,20 +24,14 @@ from typing import Any
 import pytest
 
 from app.domain.states import BuildStatus, LandStrategy
-from app.extensions import gitutil
 from app.extensions.base import BuildRequest, MergeSpec, MergeStep
 from app.extensions.builds.command import CommandBuildRunner
 from app.extensions.builds.memory import MemoryBuildStore
-from app.extensions.gitapply import new_owner, owner_is_dead
-from app.extensions.gitutil import (
-    GitError,
-    GitMirror,
-    git_env,
-    host_flock,
-    mirror_lock,
-    mirror_name,
-)
-from app.extensions.merger.git import GitMerger
+from app.extensions.git import cli as gitutil
+from app.extensions.git.apply import new_owner, owner_is_dead
+from app.extensions.git.cli import GitError, GitMirror, git_env, mirror_name
+from app.extensions.git.locking import host_flock, mirror_lock
+from app.extensions.git.merger import GitMerger
 from tests.gitfixtures import GitSandbox
 
 pytestmark = pytest.mark.timeout(90)
@@ -52,11 +46,11 @@ from app.domain.states import LandStrategy
 from app.extensions.base import BuildRequest, MergeSpec, MergeStep
 from app.extensions.builds.command import CommandBuildRunner
 from app.extensions.builds.memory import MemoryBuildStore
-from app.extensions.changes.git import GitChangeProvider
-from app.extensions import gitland
-from app.extensions.gitapply import new_owner
-from app.extensions.gitutil import mirror_lock
-from app.extensions.merger.git import GitMerger
+from app.extensions.git.provider import GitChangeProvider
+from app.extensions.git import land as gitland
+from app.extensions.git.apply import new_owner
+from app.extensions.git.locking import mirror_lock
+from app.extensions.git.merger import GitMerger
 
 KEY = "example.com/team/repo"
 mode, work, remote, arg = sys.argv[1], Path(sys.argv[2]), sys.argv[3], sys.argv[4]

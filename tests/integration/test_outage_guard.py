@@ -10,7 +10,7 @@ import pytest
 
 from app.controllers.outages import OutageGuard
 from app.domain.outages import OutagePolicy
-from app.extensions.gitutil import Unreachable
+from app.extensions.git.cli import Unreachable
 from app.queue.records import ClaimedDelivery, StoredMessage
 from tests.conftest import BACKENDS
 from tests.support.rig import Rig, make_rig

@@ -18,21 +18,11 @@ from app.queue import (
     Outgoing,
     Retryable,
     TopicSpec,
-    Topology,
 )
 from tests.conftest import BACKENDS
-from tests.integration.queue_support import Recorder, eventually, running, started_broker
+from tests.integration.queue_support import Recorder, eventually, running, started_broker, topology
 
 pytestmark = pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
-
-
-def topology(*specs: TopicSpec, groups: tuple[str, ...] = ("g",)) -> Topology:
-    topo = Topology()
-    for spec in specs:
-        topo.declare(spec)
-        for g in groups:
-            topo.subscribe(spec.name, g)
-    return topo
 
 
 async def publish_interleaved(

@@ -12,8 +12,7 @@ from app.queue import Backoff, ConsumerService, ConsumerSpec, Delivery, Retryabl
 from app.queue.guard import Ruling
 from app.queue.records import ClaimedDelivery
 from tests.conftest import BACKENDS
-from tests.integration.queue_support import Recorder, eventually, started_broker
-from tests.integration.test_queue_delivery import topology
+from tests.integration.queue_support import Recorder, eventually, started_broker, topology
 
 pytestmark = [pytest.mark.parametrize("database_url", BACKENDS, indirect=True),
               pytest.mark.timeout(60)]

@@ -16,12 +16,12 @@ from app.db.repos.build_runs import SqlBuildStore
 from app.domain.errors import InvalidState
 from app.domain.states import BuildStatus, LandStrategy
 from app.extensions.base import BuildRequest, MergeStep
-from app.extensions.builds.publish import TreePublisher, build_ref
 from app.extensions.builds.signature import SIGNATURE_HEADER, sign
 from app.extensions.builds.webhook import WebhookBuildRunner
+from app.extensions.git.publish import TreePublisher, build_ref
 from tests.ci_standin import CI, SECRET, running_ci
 from tests.conftest import BACKENDS
-from tests.integration.test_git_extensions import KEY, Remote, uri
+from tests.support.gitremote import KEY, Remote, uri
 
 pytestmark = [pytest.mark.timeout(60),
               pytest.mark.parametrize("database_url", BACKENDS, indirect=True)]

@@ -13,7 +13,14 @@ import pytest
 
 from tests.conftest import BACKENDS
 from tests.e2e.harness import serve
-from tests.gitfixtures import SANDBOX_KEY, GitSandbox, change_uri, write_queues
+from tests.gitfixtures import (
+    SANDBOX_KEY,
+    GitSandbox,
+    change_uri,
+    git_queue,
+    queues_file,
+    write_queues,
+)
 from tests.security.attack import needs_bwrap
 
 pytestmark = [
@@ -22,20 +29,9 @@ pytestmark = [
     needs_bwrap,
 ]
 
-QUEUES = """\
-queues:
-  - name: gitq
-    change_provider: {type: git}
-    merger: {type: git}
-    git:
-      repository: ./remote.git
-      repo_key: sandbox.local/sandbox
-      target_branch: main
-      move_head_branches: true
-    build_runner: {type: command, command: ["{python}", "check.py"], timeout_s: 60}
-    conflict_analyzer: {type: pathoverlap, by: directory}
-    default_strategy: squash_rebase
-"""
+QUEUES = queues_file(git_queue(
+    git_extra="move_head_branches: true",
+    build_runner='{type: command, command: ["{python}", "check.py"], timeout_s: 60}'))
 
 CHECK = "import os\nprint('checked', sorted(os.listdir('.')))\n"
 NASTY = "x$(touch${IFS}pwned-ref);touch${IFS}pwned-semi`touch${IFS}pwned-tick`"

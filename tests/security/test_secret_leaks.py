@@ -28,7 +28,7 @@ from app.domain.queue_config import GitConfig
 from app.extensions.factory import prepare_repository
 from tests.conftest import BACKENDS
 from tests.e2e.harness import TERMINAL, free_port, serve
-from tests.gitfixtures import SANDBOX_KEY, GitSandbox, write_queues
+from tests.gitfixtures import SANDBOX_KEY, GitSandbox, git_queue, queues_file, write_queues
 from tests.security.attack import ATTACK, needs_bwrap
 
 pytestmark = [
@@ -40,20 +40,9 @@ pytestmark = [
 ROOT = Path(__file__).resolve().parents[2]
 
 # The sandbox queue as a deployment would write it: no sandbox key (bwrap is the default).
-QUEUES = """\
-queues:
-  - name: sandbox
-    change_provider: {type: git}
-    merger: {type: git}
-    git:
-      repository: REPO
-      repo_key: sandbox.local/sandbox
-      target_branch: main
-      create_sandbox: true
-    build_runner: {type: command, command: ["{python}", "sq_test.py"], timeout_s: 60EXTRA}
-    conflict_analyzer: {type: pathoverlap, by: directory}
-    default_strategy: squash_rebase
-"""
+QUEUES = queues_file(git_queue(
+    "sandbox", repository="REPO", git_extra="create_sandbox: true",
+    build_runner='{type: command, command: ["{python}", "sq_test.py"], timeout_s: 60EXTRA}'))
 
 
 def queues_text(repo: Path, runner_extra: str = "") -> str:

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from app.domain import outages as o
-from app.extensions.gitutil import GitError, Unreachable, is_transport_failure
+from app.extensions.git.cli import GitError, Unreachable, is_transport_failure
 
 POLICY = o.OutagePolicy(window_ms=60_000, threshold=3, initial_ms=1000, max_ms=8000,
                         jitter=0.0, notify_after_ms=30_000)

@@ -40,7 +40,7 @@ exclusive ``flock`` on ``<builds>/.lock``: holding it proves every earlier insta
 this host and build directory is dead, so their unfinished runs are marked lost at
 once (a command they left running is killed, if ``/proc`` shows it is still that
 build) and their leftover trees removed. An instance that cannot take the lock runs
-its builds in ``trees-<owner>`` (``gitapply.new_owner``: host, pid, process start) and
+its builds in ``trees-<owner>`` (``git.apply.new_owner``: host, pid, process start) and
 relies on the heartbeat rule alone. Every instance, at ``start()``, removes the
 ``trees-<owner>`` directories of provably dead owners and prunes git's records of
 their worktrees under each mirror's host-wide lock. ``cancel()`` of a run held by
@@ -85,15 +85,10 @@ from app.extensions.builds.process import (
     run_command,
 )
 from app.extensions.builds.sandbox import Bwrap, SandboxGuard, SandboxUnavailable, run_sandboxed
-from app.extensions.builds.tree import TreeRefused, speculative_tree
-from app.extensions.gitapply import new_owner, sweep_scratch
-from app.extensions.gitutil import (
-    DEFAULT_TIMEOUT,
-    GitMirror,
-    mirror_lock,
-    mirror_name,
-    repo_url,
-)
+from app.extensions.git.apply import new_owner, sweep_scratch
+from app.extensions.git.cli import DEFAULT_TIMEOUT, GitMirror, mirror_name, repo_url
+from app.extensions.git.locking import mirror_lock
+from app.extensions.git.tree import TreeRefused, speculative_tree
 
 log = logging.getLogger("submitqueue.builds")
 

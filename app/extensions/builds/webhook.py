@@ -61,9 +61,9 @@ from app.domain.errors import InvalidState, NotFound
 from app.domain.states import BuildStatus
 from app.domain.text import check_line, check_text
 from app.extensions.base import BuildReport, BuildRequest, BuildStore, TestedTree
-from app.extensions.builds.publish import TreePublisher, build_ref
 from app.extensions.builds.signature import SIGNATURE_HEADER, BadSignature, sign, verify
-from app.extensions.builds.tree import TreeRefused
+from app.extensions.git.publish import TreePublisher, build_ref
+from app.extensions.git.tree import TreeRefused
 
 __all__ = ["IDEMPOTENCY_HEADER", "SIGNATURE_HEADER", "BadSignature", "BuildTriggerRefused",
            "CallbackBody", "WebhookBuildRunner", "sign"]

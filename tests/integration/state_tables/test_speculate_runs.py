@@ -18,7 +18,7 @@ from app.domain.errors import VersionMismatch
 from app.domain.states import BuildStatus, PathStatus
 from app.speculation.planner import Plan, PlanInvariantError
 from tests.conftest import BACKENDS
-from tests.integration.state_tables.test_speculate import (
+from tests.integration.state_tables.speculate_rig import (
     CREATED,
     MERGING,
     P1,

@@ -1,9 +1,9 @@
 """The speculative tree of a build: the target tip, then every base change (assumed to
 land), then the head changes, applied in a worktree of the runner's own mirror.
 
-Under the mirror's lock (host-wide: ``gitutil.mirror_lock``): fetch the target branch and every change's ref, check each
+Under the mirror's lock (host-wide: ``git.locking.mirror_lock``): fetch the target branch and every change's ref, check each
 pinned commit is there, add a detached worktree at the tip and apply the request's
-merge steps in the shape their strategies land them (``gitland.apply_steps``, the
+merge steps in the shape their strategies land them (``git.land.apply_steps``, the
 merger's own procedure: the squash commit with its trailers, the merge commits, the
 cherry-picked commits), so that the landing that follows makes byte-identical commits
 and fast-forwards the target to exactly the commit built here. A request without steps
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.extensions.base import ChangeRejected, MergeStep
-from app.extensions.gitapply import (
+from app.extensions.git.apply import (
     Conflict,
     cherry_pick,
     head,
@@ -35,13 +35,9 @@ from app.extensions.gitapply import (
     remove_worktree,
     tree_of,
 )
-from app.extensions.gitland import Refused, apply_steps
-from app.extensions.gitutil import (
-    GitChange,
-    GitMirror,
-    mirror_lock,
-    resolve_change,
-)
+from app.extensions.git.cli import GitChange, GitMirror, resolve_change
+from app.extensions.git.land import Refused, apply_steps
+from app.extensions.git.locking import mirror_lock
 
 
 class TreeRefused(Exception):

@@ -2,7 +2,7 @@
 git merger (which pushes the result) and the command build runner (which builds it).
 
 Because the build tree and the landing are made by this one procedure, with the queue's
-fixed committer identity and dates taken from the source commits (``gitapply.stamp``),
+fixed committer identity and dates taken from the source commits (``git.apply.stamp``),
 applying the same steps onto the same tip gives byte-identical commits in both: the
 landing fast-forwards the target to exactly the commit that was tested.
 
@@ -18,7 +18,7 @@ Strategies (per step), and when a change counts as already on the tip (skipped):
   when the SHA is already an ancestor. The merger lands it only as the one change of a
   one-step merge (``single_fast_forward``).
 
-A conflict raises ``gitapply.Conflict``; a permanent problem with a step ``Refused``.
+A conflict raises ``git.apply.Conflict``; a permanent problem with a step ``Refused``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from pathlib import Path
 
 from app.domain.states import LandStrategy
 from app.extensions.base import MergeStep
-from app.extensions.gitapply import (
+from app.extensions.git.apply import (
     cherry_pick,
     git_or_conflict,
     head,
@@ -37,7 +37,7 @@ from app.extensions.gitapply import (
     squash_commit_of,
     stamp,
 )
-from app.extensions.gitutil import GitChange, GitMirror
+from app.extensions.git.cli import GitChange, GitMirror
 
 
 class Refused(Exception):

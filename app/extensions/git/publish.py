@@ -10,8 +10,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from app.extensions.base import BuildRequest, TestedTree
-from app.extensions.builds.tree import speculative_tree
-from app.extensions.gitutil import DEFAULT_TIMEOUT, GitMirror, mirror_lock, mirror_name, repo_url
+from app.extensions.git.cli import DEFAULT_TIMEOUT, GitMirror, mirror_name, repo_url
+from app.extensions.git.locking import mirror_lock
+from app.extensions.git.tree import speculative_tree
 
 BUILD_REF_PREFIX = "refs/sq/builds/"
 

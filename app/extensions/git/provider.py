@@ -21,16 +21,16 @@ from pathlib import Path
 
 from app.domain.entities import ChangeDetails, ChangedFile
 from app.extensions.base import ChangeRejected
-from app.extensions.gitutil import (
+from app.extensions.git.cli import (
     DEFAULT_TIMEOUT,
     EMPTY_TREE,
     GitChange,
     GitMirror,
-    mirror_lock,
     mirror_name,
     repo_url,
     resolve_change,
 )
+from app.extensions.git.locking import mirror_lock
 
 
 class GitChangeProvider:

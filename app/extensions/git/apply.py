@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from app.extensions.gitutil import GitChange, GitError, GitMirror
+from app.extensions.git.cli import GitChange, GitError, GitMirror
 
 
 class Conflict(Exception):

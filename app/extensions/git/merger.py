@@ -7,7 +7,7 @@ ONE update of ``refs/heads/<target>`` with a lease on the tip it built on. If th
 moved meanwhile, it re-fetches, re-applies and retries (at most ``max_push_attempts``),
 and the exact-trees guard below then refuses a result no build tested.
 
-The steps are applied by ``app.extensions.gitland`` (strategies, skips, deterministic
+The steps are applied by ``app.extensions.git.land`` (strategies, skips, deterministic
 commits), the procedure the command runner builds its trees with.
 
 **Exact trees.** A merge whose spec carries ``tested`` (the trees of the batch's passed
@@ -60,24 +60,24 @@ from app.extensions.base import (
     MergeStep,
     TestedTree,
 )
-from app.extensions.gitapply import (
+from app.extensions.git.apply import (
     Conflict,
     new_owner,
     sweep_scratch,
     tree_of,
     worktree,
 )
-from app.extensions.gitland import Applied, Refused, apply_steps
-from app.extensions.gitutil import (
+from app.extensions.git.cli import (
     DEFAULT_TIMEOUT,
     GitChange,
     GitError,
     GitMirror,
-    mirror_lock,
     mirror_name,
     repo_url,
     resolve_change,
 )
+from app.extensions.git.land import Applied, Refused, apply_steps
+from app.extensions.git.locking import mirror_lock
 
 MAX_PUSH_ATTEMPTS = 5
 
