@@ -19,7 +19,6 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from app.db.engine import Database
 from app.db.repos import speculation as spec_repo
 from app.db.repos.build_runs import SqlBuildStore
 from app.domain.errors import ValidationError
@@ -52,15 +51,6 @@ REQ = BuildRequest(queue="ciq", batch_id="ciq/batch/1", path_id="p1", attempt=2,
 async def ci() -> AsyncIterator[CI]:
     async with running_ci() as service:
         yield service
-
-
-@pytest.fixture
-async def store(database_url: str) -> AsyncIterator[SqlBuildStore]:
-    db = Database(database_url)
-    try:
-        yield SqlBuildStore(db)
-    finally:
-        await db.dispose()
 
 
 def runner(store: SqlBuildStore, url: str, **kw: Any) -> WebhookBuildRunner:

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from app.db.engine import Database
 from app.db.repos.build_runs import SqlBuildStore
 from app.domain.errors import InvalidState
 from app.domain.states import BuildStatus, LandStrategy
@@ -31,15 +30,6 @@ pytestmark = [pytest.mark.timeout(60),
 async def ci() -> AsyncIterator[CI]:
     async with running_ci() as service:
         yield service
-
-
-@pytest.fixture
-async def store(database_url: str) -> AsyncIterator[SqlBuildStore]:
-    db = Database(database_url)
-    try:
-        yield SqlBuildStore(db)
-    finally:
-        await db.dispose()
 
 
 def request(*uris: str, strategy: LandStrategy = LandStrategy.SQUASH_REBASE) -> BuildRequest:
