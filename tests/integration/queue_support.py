@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
 from app.queue import (
     Broker,
+    ClaimedDelivery,
     ConsumerService,
     ConsumerSpec,
     Delivery,
@@ -88,3 +90,44 @@ async def eventually(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(interval)
+
+
+class ClaimWatch:
+    """Counts ``broker.claim`` calls per topic (wrapping the instance's method), so a
+    test can wait until a consumer has *claimed after* some point — had its chance at
+    everything published before it — and see what each claim handed out."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.started: dict[str, int] = defaultdict(int)
+        self.done: dict[str, list[int]] = defaultdict(list)  # start index of each finished
+        self.handed_out: dict[str, list[str]] = defaultdict(list)
+        inner = broker.claim
+
+        async def claim(group: str, topic: str, limit: int) -> list[ClaimedDelivery]:
+            index = self.started[topic]
+            self.started[topic] += 1
+            result = await inner(group, topic, limit)
+            self.handed_out[topic].extend(c.message.message_id for c in result)
+            self.done[topic].append(index)
+            return result
+
+        broker.claim = claim  # type: ignore[method-assign]
+
+    def mark(self, topic: str) -> int:
+        """A point in time: claims of ``topic`` starting from now count as after it."""
+        return self.started[topic]
+
+    async def claimed_since(self, topic: str, mark: int, *, timeout: float = 10.0) -> None:
+        """Wait until a claim of ``topic`` that started at or after ``mark`` finished."""
+        await eventually(lambda: any(i >= mark for i in self.done[topic]), timeout=timeout,
+                         what=f"a claim of {topic} after mark {mark}")
+
+
+async def drained(broker: Broker, topic: str, group: str | None = None) -> bool:
+    """Every message of ``topic`` was delivered to (and settled by) ``group`` (or every
+    group): no delivery row is left, so a consumer had its chance at all of them."""
+    for stats in await broker.stats():
+        if stats.topic == topic:
+            return all(g.depth == 0 for g in stats.groups
+                       if group is None or g.consumer_group == group)
+    raise AssertionError(f"no topic {topic}")

@@ -20,7 +20,16 @@ from app.queue import (
     TopicSpec,
 )
 from tests.conftest import BACKENDS
-from tests.integration.queue_support import Recorder, eventually, running, started_broker, topology
+from tests.integration.queue_support import (
+    ClaimWatch,
+    Recorder,
+    drained,
+    eventually,
+    running,
+    started_broker,
+    topology,
+)
+from tests.support.clocks import FakeClock
 
 pytestmark = pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
 
@@ -91,7 +100,8 @@ async def test_duplicate_publish_is_stored_once_also_after_consumption(database_
             other_pk = await broker.publish("dedupe", {"v": 4}, partition_key="q",
                                             message_id="same")
             await eventually(lambda: len(rec.seen) == 2, what="the other partition's message")
-            await asyncio.sleep(0.2)
+            # Every stored message was delivered and settled: a duplicate would be seen.
+            await eventually(lambda: drained(broker, "dedupe"), what="dedupe drained")
         assert not after.created
         assert other_pk.created
         assert rec.ids() == ["same", "same"]
@@ -102,12 +112,15 @@ async def test_duplicate_publish_is_stored_once_also_after_consumption(database_
 
 async def test_redelivery_after_lost_lease(database_url: str) -> None:
     topo = topology(TopicSpec("lease", visibility_timeout_ms=300, max_attempts=5))
-    async with started_broker(database_url, topo) as broker:
+    clock = FakeClock()
+    async with started_broker(database_url, topo, clock=clock) as broker:
         await broker.publish("lease", {}, partition_key="p", message_id="m")
         first = await broker.claim("g", "lease", 10)
         assert [c.attempt for c in first] == [1]
         assert await broker.claim("g", "lease", 10) == []  # invisible while leased
-        await asyncio.sleep(0.4)  # the "crashed" holder never settles
+        clock.now += 299
+        assert await broker.claim("g", "lease", 10) == []  # still leased, 1 ms before
+        clock.now += 2  # the "crashed" holder never settles: its lease is past
         second = await broker.claim("g", "lease", 10)
         assert [c.attempt for c in second] == [2]
         assert not await broker.ack(first[0]), "a stale lease cannot settle the message"
@@ -195,12 +208,13 @@ async def test_non_retryable_error_dead_letters_at_once(database_url: str) -> No
 
 async def test_a_crash_looping_message_is_dead_lettered_by_claim(database_url: str) -> None:
     topo = topology(TopicSpec("crashy", visibility_timeout_ms=100, max_attempts=2))
-    async with started_broker(database_url, topo) as broker:
+    clock = FakeClock()
+    async with started_broker(database_url, topo, clock=clock) as broker:
         await broker.publish("crashy", {}, partition_key="p", message_id="m")
         for attempt in (1, 2):
             (c,) = await broker.claim("g", "crashy", 1)
             assert c.attempt == attempt
-            await asyncio.sleep(0.15)  # the handler "dies" each time
+            clock.now += 101  # the handler "dies" each time: its lease runs out
         assert await broker.claim("g", "crashy", 1) == []
         (dead,) = await broker.list_messages("crashy_dlq")
         assert "lease expired" in (dead.last_error or "")
@@ -240,10 +254,13 @@ async def test_pause_and_resume_a_consumer_and_a_partition(database_url: str) ->
     topo = topology(TopicSpec("gated"))
     async with started_broker(database_url, topo) as broker:
         rec = Recorder()
+        watch = ClaimWatch(broker)
         async with running(broker, [ConsumerSpec("gated", "g", rec)]):
             await broker.pause("g", "gated", reason="maintenance")
             await broker.publish("gated", {}, partition_key="p", message_id="a")
-            await asyncio.sleep(0.3)
+            # A claim that began after the publish finished: the loop had its chance at a.
+            await watch.claimed_since("gated", watch.mark("gated"))
+            assert watch.handed_out["gated"] == []
             assert rec.seen == []
             stats = {s.topic: s for s in await broker.stats()}
             assert stats["gated"].groups[0].paused and stats["gated"].groups[0].depth == 1
@@ -252,8 +269,11 @@ async def test_pause_and_resume_a_consumer_and_a_partition(database_url: str) ->
             await broker.pause("g", "gated", "p")
             await broker.publish("gated", {}, partition_key="p", message_id="b")
             await broker.publish("gated", {}, partition_key="q", message_id="c")
+            since = watch.mark("gated")
             await eventually(lambda: "c" in rec.ids())
-            await asyncio.sleep(0.2)
+            # c was published after b; a claim after c was seen had its chance at b too.
+            await watch.claimed_since("gated", since)
+            assert "b" not in watch.handed_out["gated"]
             assert "b" not in rec.ids()
             await broker.resume("g", "gated", "p")
             await eventually(lambda: "b" in rec.ids())
@@ -320,8 +340,10 @@ async def test_publish_wakes_consumers_without_waiting_for_a_poll(database_url: 
     topo = topology(TopicSpec("fast"))
     async with started_broker(database_url, topo) as broker:
         rec = Recorder()
+        watch = ClaimWatch(broker)
         async with running(broker, [ConsumerSpec("fast", "g", rec)], poll_interval_ms=10_000):
-            await asyncio.sleep(0.1)  # the loop is now idle, waiting up to 10 s
+            # Its first claim found nothing: the loop is now idle, waiting up to 10 s.
+            await watch.claimed_since("fast", 0)
             loop = asyncio.get_running_loop()
             t0 = loop.time()
             await broker.publish("fast", {}, partition_key="p", message_id="m")
@@ -331,7 +353,8 @@ async def test_publish_wakes_consumers_without_waiting_for_a_poll(database_url: 
 
 async def test_garbage_collection_removes_only_settled_old_messages(database_url: str) -> None:
     topo = topology(TopicSpec("gc", max_attempts=1))
-    async with started_broker(database_url, topo) as broker:
+    clock = FakeClock()
+    async with started_broker(database_url, topo, clock=clock) as broker:
         await broker.publish_many([
             Outgoing("gc", {}, "p", "done"), Outgoing("gc", {}, "p", "fails"),
             Outgoing("gc", {}, "q", "pending"),
@@ -340,7 +363,7 @@ async def test_garbage_collection_removes_only_settled_old_messages(database_url
         await broker.ack(done)
         await broker.dead_letter(fails, error="x")
         assert await broker.collect_garbage(retention_ms=10_000) == 0
-        await asyncio.sleep(0.05)
+        clock.now += 1  # both settled before the cutoff of a zero retention
         removed = await broker.collect_garbage(retention_ms=0)
         assert removed == 2  # "done" and the moved original of "fails"
         assert (await broker.publish("gc", {}, partition_key="p", message_id="done")).created
