@@ -15,6 +15,7 @@ from app.db.repos import audit as audit_repo
 from app.domain import messages as m
 from tests.conftest import BACKENDS
 from tests.e2e.harness import Server, change, serve
+from tests.integration.queue_support import ClaimWatch
 
 pytestmark = [
     pytest.mark.parametrize("database_url", BACKENDS, indirect=True),
@@ -89,8 +90,11 @@ async def test_paused_dlq_accumulates_and_each_drain_mode_does_what_it_says(
         assert paused["group"] == m.ORCHESTRATOR_DLQ_GROUP
         sqids = [await server.land(change(f"t{i}", files=f"d{i}/x.py", fake="trigger-error"))
                  for i in range(3)]
+        watch = ClaimWatch(server.runtime.broker)
         items = await wait_dlq_items(server, "build_dlq", 3)
-        await asyncio.sleep(0.3)
+        # A claim of the paused build_dlq that began after all three arrived finished.
+        await watch.claimed_since("build_dlq", watch.mark("build_dlq"))
+        assert watch.handed_out["build_dlq"] == []
         for sqid in sqids:  # nothing reconciled them: still in progress
             assert (await server.summary(sqid))["status"] not in ("error", "landed")
         by_entity = {i["entity_id"]: i for i in items}
@@ -177,7 +181,8 @@ async def test_undecodable_poison_stays_until_discarded_and_drains_page(
         out = await api(server, "POST", "/dlq/start_dlq/drain", json={"mode": "reconcile"},
                         headers={})
         assert [r["result"] for r in out["results"]] == ["undecodable"] * 3
-        await asyncio.sleep(1.0)  # its reconciler keeps failing on it, without losing it
+        watch = ClaimWatch(server.runtime.broker)  # its reconciler keeps failing on it,
+        await watch.claimed_since("start_dlq", 0)  # without losing it: it had its chance
         assert len((await api(server, "GET", "/dlq/start_dlq/messages", headers={}))["items"]) == 3
         page = await api(server, "POST", "/dlq/start_dlq/drain",
                          json={"mode": "discard", "reason": "poison", "limit": 2}, headers={})

@@ -4,7 +4,6 @@ writes)."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from app.domain.states import LandStrategy, LogType
 from app.extensions.merger.fake import landed_sha
 from tests.conftest import BACKENDS
 from tests.e2e.harness import Server, change, serve
+from tests.integration.queue_support import drained, eventually
 
 HAPPY_TRAIL = ["accepted", "started", "validating", "validated", "batching", "batched",
                "speculating", "speculated", "landing", "landed"]
@@ -141,7 +141,9 @@ async def test_cancel_before_batching_never_lands(
         assert (await server.cancel(sqid, "changed my mind")).status_code == 202
         assert await server.wait_terminal(sqid) == "cancelled"
         await broker.resume(m.ORCHESTRATOR_GROUP, m.BATCH)
-        await asyncio.sleep(1.0)  # the batch message is handled and must not revive it
+        # The batch message is handled (settled) and must not have revived it.
+        await eventually(lambda: drained(broker, m.BATCH, m.ORCHESTRATOR_GROUP),
+                         what="batch drained")
         assert (await server.summary(sqid))["status"] == "cancelled"
         statuses = await server.statuses(sqid)
         assert "landed" not in statuses and "batched" not in statuses
@@ -170,6 +172,7 @@ async def test_cancel_of_a_terminal_request_is_a_no_op(
         before = await server.history(sqid)
         r = await server.cancel(sqid)
         assert r.status_code == 202 and r.json()["status"] == "landed"
-        await asyncio.sleep(0.5)
+        # The cancel message was handled (settled) by every group before the checks.
+        await eventually(lambda: drained(server.runtime.broker, m.CANCEL), what="cancel drained")
         assert (await server.summary(sqid))["status"] == "landed"
         assert await server.history(sqid) == before

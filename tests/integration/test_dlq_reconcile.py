@@ -19,6 +19,7 @@ from app.domain import messages as m
 from app.queue import StoredMessage
 from tests.conftest import BACKENDS
 from tests.e2e.harness import Server, change, serve
+from tests.integration.queue_support import drained, eventually
 
 pytestmark = [
     pytest.mark.parametrize("database_url", BACKENDS, indirect=True),
@@ -108,7 +109,9 @@ async def test_poison_on_a_request_topic_ends_the_request_in_error(
         await poison(server, topic, REQUEST_POISON[topic](sqid), sqid)
         await assert_error(server, sqid, topic, 1, "ValidationError")
         await broker.resume(m.ORCHESTRATOR_GROUP, paused)
-        await asyncio.sleep(0.5)  # the paused stage now sees a halted request
+        # The paused stage handled (and settled) its message: it saw a halted request.
+        await eventually(lambda: drained(broker, paused, m.ORCHESTRATOR_GROUP),
+                         what=f"{paused} drained")
         assert (await server.summary(sqid))["status"] == "error"
 
 
@@ -143,7 +146,8 @@ async def test_poison_on_a_batch_topic_fails_the_batch_and_its_members(
             batch = await batch_repo.get(s, queue="demo", id=bid)
         assert batch.state == "failed"
         await broker.resume(m.ORCHESTRATOR_GROUP, paused)
-        await asyncio.sleep(0.5)
+        await eventually(lambda: drained(broker, paused, m.ORCHESTRATOR_GROUP),
+                         what=f"{paused} drained")
         assert (await server.summary(sqid))["status"] == "error"
 
 
@@ -212,7 +216,9 @@ async def test_a_late_primary_success_wins_over_reconciliation(
         await poison(server, m.MERGE + "_dlq", {"id": bid, "queue": "demo"}, "demo")
         await poison(server, m.VALIDATE + "_dlq", {"id": sqid, "queue": "demo"}, "demo")
         await poison(server, m.CONCLUDE + "_dlq", {"id": bid, "queue": "demo"}, "demo")
-        await asyncio.sleep(1.0)
+        for dlq in ("merge_dlq", "validate_dlq", "conclude_dlq"):  # reconciled and acked
+            await eventually(lambda dlq=dlq: drained(server.runtime.broker, dlq),
+                             what=f"{dlq} drained")
         summary = await server.summary(sqid)
         assert summary["status"] == "landed" and summary["last_error"] == ""
         for dlq in ("merge_dlq", "validate_dlq", "conclude_dlq"):
@@ -233,7 +239,8 @@ async def test_reconciling_twice_is_idempotent_and_repairs_the_log(
         reconciler = build_reconcilers(server.runtime.deps)["build_dlq"]
         again = await reconciler.reconcile(dead)
         assert (again.action, again.changed) == ("repaired", False)
-        await asyncio.sleep(0.3)
+        # Whatever the repair published to the log was persisted before the re-check.
+        await eventually(lambda: drained(server.runtime.broker, m.LOG), what="log drained")
         await assert_error(server, sqid, m.BUILD, 2, "ConnectionError")
 
 
@@ -318,7 +325,10 @@ async def test_an_undecodable_poison_stays_visible_in_its_dlq(
             dead = await wait_dlq(server, dlq, unsettled=True)
             with pytest.raises(Undecodable):
                 await reconcilers[dlq].reconcile(dead)
-        await asyncio.sleep(1.5)  # the reconciler consumer has tried meanwhile: parked at once
+        async def parked() -> bool:  # the reconciler consumer tried: parked at once
+            return all(x.parked for dlq in ("log_dlq", "start_dlq")
+                       for x in await server.runtime.broker.list_messages(dlq))
+        await eventually(parked, what="both dead letters parked")
         for dlq, original in (("log_dlq", "log"), ("start_dlq", "start")):
             (still,) = await server.runtime.broker.list_messages(dlq)
             assert still.settled_at_ms is None and still.parked
