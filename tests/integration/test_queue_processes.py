@@ -25,7 +25,7 @@ import pytest
 
 from app.queue import Outgoing, TopicSpec, Topology
 from tests.conftest import BACKENDS
-from tests.integration.queue_support import eventually, started_broker
+from tests.integration.queue_support import drained, eventually, started_broker
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 POSTGRES_ONLY = [p for p in BACKENDS if p.id == "postgres"]
@@ -133,7 +133,9 @@ async def test_two_processes_share_a_serial_topic_in_order_without_overlap(
             assert all(r.created for r in results)
             await eventually(lambda: len(read_lines(out)) >= total, timeout=30,
                              what=f"{total} handled messages")
-            await asyncio.sleep(0.5)  # a duplicate delivery would show up meanwhile
+            # Every delivery settled: a duplicate would already be among the records.
+            await eventually(lambda: drained(broker, "serialwork"), timeout=30,
+                             what="serialwork drained")
             records = read_lines(out)
             (stats,) = [s for s in await broker.stats() if s.topic == "serialwork"]
         for w in ws:
