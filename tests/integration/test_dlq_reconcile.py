@@ -326,8 +326,9 @@ async def test_an_undecodable_poison_stays_visible_in_its_dlq(
             with pytest.raises(Undecodable):
                 await reconcilers[dlq].reconcile(dead)
         async def parked() -> bool:  # the reconciler consumer tried: parked at once
-            return all(x.parked for dlq in ("log_dlq", "start_dlq")
-                       for x in await server.runtime.broker.list_messages(dlq))
+            flags = [x.parked for dlq in ("log_dlq", "start_dlq")
+                     for x in await server.runtime.broker.list_messages(dlq)]
+            return all(flags)
         await eventually(parked, what="both dead letters parked")
         for dlq, original in (("log_dlq", "log"), ("start_dlq", "start")):
             (still,) = await server.runtime.broker.list_messages(dlq)
