@@ -87,7 +87,10 @@ def test_plan_is_deterministic_per_seed_and_spreads_folders() -> None:
         plan("t", count=2, folders=1, fail=3, seed=1)
 
 
-def test_trail_and_the_live_table() -> None:
+def test_trail_and_the_live_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "120")  # the table fits the terminal: fix its width
+    monkeypatch.setenv("LINES", "24")
+
     def status(name: str, t: int) -> HistoryEntry:
         return HistoryEntry(timestamp_ms=t, type="status", name=name, last_error="")
 

@@ -46,6 +46,21 @@ async def poll(what: Any, timeout: float = 30) -> Any:
         await asyncio.sleep(0.1)
 
 
+async def outage_lasts(server: Server, dependency: str, probes: int = 3) -> None:
+    """Wait until the open circuit of ``dependency`` has failed ``probes`` more probes:
+    the outage lasted through several retries (a condition, not a sleep)."""
+    async def failures() -> int:
+        ready = (await server.client.get("/readyz")).json()
+        return int(_find(ready, dependency)["failures"])
+
+    start = await failures()
+
+    async def retried() -> bool:
+        return await failures() >= start + probes
+
+    await poll(retried, timeout=60)
+
+
 async def overview(server: Server) -> dict[str, Any]:
     r = await server.client.get("/api/v1/queues/gitq/overview")
     assert r.status_code == 200, r.text
@@ -87,7 +102,7 @@ async def test_an_outage_shorter_than_the_window_loses_nothing(
         assert circuit["state"] == "open", ready["checks"]["dependencies"]
         metrics = (await server.client.get("/metrics")).text
         assert 'submitqueue_circuit_open{dependency="repository:gitq"} 1.0' in metrics
-        await asyncio.sleep(3)  # the outage lasts; nothing may fail meanwhile
+        await outage_lasts(server, "repository:gitq")  # nothing may fail meanwhile
         await no_request_errored(server)
         away.rename(repo.bare)
         final = await server.wait_all_terminal(sqids, timeout=120, queue="gitq")
@@ -147,7 +162,7 @@ async def test_a_build_system_outage_holds_the_builds_and_loses_nothing(
         outage = await poll(lambda: _open(server), timeout=60)
         assert outage["dependency"] == "builds:gitq", outage
         sqids += [await server.land(c, queue="gitq") for c in uris[4:]]
-        await asyncio.sleep(3)
+        await outage_lasts(server, "builds:gitq")
         await no_request_errored(server)
         assert (await overview(server))["outages"], "the circuit closed while CI was down"
         down.unlink()

@@ -82,6 +82,7 @@ async def work_mode(plan):
     provider = GitChangeProvider({KEY: remote}, "main", work / "provider")
     r = runner()
     await r.start()
+    print("ready", flush=True)
     go = Path(plan["go"])
     while not go.exists():  # both processes start together
         await asyncio.sleep(0.01)
@@ -245,8 +246,8 @@ async def test_two_processes_merge_check_and_build_on_one_work_dir(
               "merges": [[f"SQ{p}", uris[4 + p]]],
               "builds": uris[p * 2:p * 2 + 3]} for p in range(2)]
     procs = [children.start("work", json.dumps(plan)) for plan in plans]
-    await asyncio.sleep(0.5)
-    go.touch()
+    assert [await children.line(p) for p in procs] == ["ready", "ready"]
+    go.touch()  # both are set up and waiting: they start together
     results: list[dict[str, Any]] = [json.loads(await children.line(p)) for p in procs]
 
     for proc, result in zip(procs, results, strict=True):
