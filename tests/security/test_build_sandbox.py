@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 
-from app.db.engine import Database
 from app.db.repos.build_runs import SqlBuildStore
 from app.domain.errors import ValidationError
 from app.domain.queue_config import parse_queues
@@ -58,15 +57,6 @@ def attack(remote: GitSandbox, branch: str, targets: dict[str, Any]) -> str:
     sha = remote.commit({"targets.json": json.dumps(targets)}, f"attack {branch}")
     remote.push(branch, sha)
     return change_uri(KEY, branch, sha)
-
-
-@pytest.fixture
-async def store(database_url: str) -> AsyncIterator[SqlBuildStore]:
-    db = Database(database_url)
-    try:
-        yield SqlBuildStore(db)
-    finally:
-        await db.dispose()
 
 
 RunnerFactory = Callable[..., BeatingRunner]
