@@ -4,7 +4,7 @@ no build step and nothing from a CDN.
 | Path | Page |
 |---|---|
 | ``/`` | the configured queues with their counts |
-| ``/queues/{queue}`` | a queue: in-flight requests by stage, batches and paths, recent results, live |
+| ``/queues/{queue}`` | a queue: in-flight requests by stage, batches and paths, recent results, live (404 with the same page when the queue is not configured) |
 | ``/queues/{queue}/requests/{n}`` | a request: stage trail, forecast or removal reason, cancel |
 | ``/admin`` | topics, dead letters (reconcile / requeue / discard) and the audit log |
 | ``/static/...`` | the pages' scripts and styles |
@@ -27,6 +27,7 @@ from starlette.responses import Response
 from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
 
+from app.api.deps import RuntimeDep
 from app.domain.errors import NotFound
 
 STATIC_DIR = Path(__file__).resolve().parents[2] / "frontend-static"
@@ -57,12 +58,19 @@ class PageStaticFiles(StaticFiles):
         return with_page_headers(await super().get_response(path, scope))
 
 
-def _page(name: str) -> Response:
+def _page(name: str, status_code: int = 200) -> Response:
     path = STATIC_DIR / name
     if not path.is_file():
         raise NotFound(f"the status pages are not installed: {path} is missing (they are "
                        "served from frontend-static/ in the source checkout)")
-    return with_page_headers(FileResponse(path, media_type="text/html"))
+    return with_page_headers(FileResponse(path, status_code=status_code,
+                                          media_type="text/html"))
+
+
+def _queue_page(name: str, queue: str, rt: RuntimeDep) -> Response:
+    """A page of a queue that is not configured is the same page (its script says which
+    queues exist) answered 404, so a link checker or a person's tools see it is wrong."""
+    return _page(name, 200 if queue in rt.queues else 404)
 
 
 router = APIRouter(include_in_schema=False)
@@ -74,13 +82,13 @@ async def index_page() -> Response:
 
 
 @router.get("/queues/{queue}")
-async def queue_page(queue: str) -> Response:
-    return _page("queue.html")
+async def queue_page(queue: str, rt: RuntimeDep) -> Response:
+    return _queue_page("queue.html", queue, rt)
 
 
 @router.get("/queues/{queue}/requests/{n}")
-async def request_page(queue: str, n: str) -> Response:
-    return _page("request.html")
+async def request_page(queue: str, n: str, rt: RuntimeDep) -> Response:
+    return _queue_page("request.html", queue, rt)
 
 
 @router.get("/admin")

@@ -215,6 +215,7 @@ async def test_pages_carry_security_headers_and_unknown_things_say_so(
     server: Server, page: Any
 ) -> None:
     response = await page.goto(f"{server.base_url}/queues/nope")
+    assert response.status == 404  # the page still renders and says why
     headers = response.headers
     assert "default-src 'self'" in headers["content-security-policy"]
     assert headers["x-content-type-options"] == "nosniff"
@@ -222,6 +223,8 @@ async def test_pages_carry_security_headers_and_unknown_things_say_so(
     assert headers["referrer-policy"] == "no-referrer"
     await expect(page.locator("#error [role=alert]")).to_contain_text(
         "queue 'nope' is not configured")
+    assert (await page.goto(f"{server.base_url}/queues/demo")).status == 200
+    assert (await page.goto(f"{server.base_url}/queues/nope/requests/1")).status == 404
     js = await page.request.get(f"{server.base_url}/static/js/lib.js")
     assert js.headers["content-type"].startswith(("text/javascript", "application/javascript"))
     assert "default-src 'self'" in js.headers["content-security-policy"]
