@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./var/submitqueue.db"
@@ -141,3 +141,14 @@ class Settings(BaseSettings):
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
     return Settings()
+
+
+def setting_errors(exc: ValidationError) -> list[str]:
+    """One line a person can act on per invalid setting, named as it is set:
+    ``SQ_LOG_LEVEL='LOUD': 'LOUD' is not a log level; use one of DEBUG, ...``."""
+    lines = []
+    for err in exc.errors():
+        name = "SQ_" + "_".join(str(part) for part in err["loc"]).upper()
+        message = str(err["msg"]).removeprefix("Value error, ")
+        lines.append(f"{name}={err.get('input')!r}: {message}")
+    return lines

@@ -12,11 +12,12 @@ from typing import Annotated, Any
 import httpx
 import typer
 import uvicorn
+from pydantic import ValidationError
 
 from app.cli import commands, demo
 from app.db import migrate
 from app.logs import configure_logging, redact_text
-from app.settings import get_settings
+from app.settings import Settings, get_settings, setting_errors
 
 ROLE_HELP = ("all = gateway + consumers; gateway = HTTP and the request log only; "
              "worker = orchestrator consumers only (default: SQ_ROLE).")
@@ -49,7 +50,7 @@ def serve(
         os.environ["SQ_PORT"] = str(port)  # part of the default member id (SQ_MEMBER_ID)
     if role is not None or port is not None:
         get_settings.cache_clear()
-    settings = get_settings()
+    settings = _settings()
     configure_logging(settings.log_level, settings.queue_log_level)
     # uvicorn shuts down gracefully on SIGTERM, then re-raises it to the handler it found
     # here: exit 0 (a requested stop) instead of dying by the signal.
@@ -64,6 +65,16 @@ def serve(
     )
 
 
+def _settings() -> Settings:
+    """The settings, or exit 2 with one line per invalid one (no traceback)."""
+    try:
+        return get_settings()
+    except ValidationError as exc:
+        for line in setting_errors(exc):
+            typer.echo(f"submitqueue: invalid setting {line}", err=True)
+        raise typer.Exit(2) from None
+
+
 def _exit_zero(_signum: int, _frame: object) -> None:
     raise SystemExit(0)
 
@@ -71,7 +82,7 @@ def _exit_zero(_signum: int, _frame: object) -> None:
 @db_cli.command("upgrade")
 def db_upgrade(revision: str = typer.Argument("head", help="Target revision.")) -> None:
     """Migrate the database (and the queue database, if separate) to a revision."""
-    settings = get_settings()
+    settings = _settings()
     configure_logging(settings.log_level, settings.queue_log_level)
     migrate.upgrade_sync(settings.database_url, revision)
     if settings.queue_database_url:
@@ -81,7 +92,7 @@ def db_upgrade(revision: str = typer.Argument("head", help="Target revision.")) 
 
 def _admin(method: str, path: str, url: str | None, **kw: Any) -> Any:
     """Call the admin API of the server at ``url`` (default: SQ_HOST/SQ_PORT)."""
-    settings = get_settings()
+    settings = _settings()
     if not settings.admin_token:
         raise typer.BadParameter("SQ_ADMIN_TOKEN is not set; export the server's admin token")
     host = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host

@@ -96,3 +96,21 @@ def test_serve_role_flag_picks_the_consumers(tmp_path: Path, role: str, consumer
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.parametrize(("setting", "value", "says"), [
+    ("SQ_LOG_LEVEL", "LOUD", "SQ_LOG_LEVEL='LOUD': 'LOUD' is not a log level; use one of "
+                             "DEBUG, INFO, WARNING, ERROR, CRITICAL"),
+    ("SQ_PORT", "99999", "SQ_PORT='99999': Input should be less than or equal to 65535"),
+])
+@pytest.mark.parametrize("command", [["serve"], ["db", "upgrade"]])
+def test_an_invalid_setting_is_one_line_and_exit_2_not_a_traceback(
+    tmp_path: Path, command: list[str], setting: str, value: str, says: str
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SQ_")}
+    env.update({setting: value, "PYTHONPATH": str(ROOT)})
+    done = subprocess.run([sys.executable, "-m", "app.cli", *command], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == f"submitqueue: invalid setting {says}"
+    assert not (tmp_path / "var").exists()  # nothing was started or created
