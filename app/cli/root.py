@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from app.cli import commands, demo
 from app.db import migrate
+from app.domain.errors import ValidationError as InvalidInput
 from app.logs import configure_logging, redact_text
 from app.settings import Settings, get_settings, setting_errors
 
@@ -51,6 +52,13 @@ def serve(
     if role is not None or port is not None:
         get_settings.cache_clear()
     settings = _settings()
+    from app.extensions.factory import load_queues_file  # the server's imports, not a client's
+
+    try:  # a wrong queues file is one line, before anything starts
+        load_queues_file(settings.queues_file)
+    except InvalidInput as exc:
+        typer.echo(f"submitqueue: {exc}", err=True)
+        raise typer.Exit(2) from None
     configure_logging(settings.log_level, settings.queue_log_level)
     # uvicorn shuts down gracefully on SIGTERM, then re-raises it to the handler it found
     # here: exit 0 (a requested stop) instead of dying by the signal.

@@ -114,3 +114,22 @@ def test_an_invalid_setting_is_one_line_and_exit_2_not_a_traceback(
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip() == f"submitqueue: invalid setting {says}"
     assert not (tmp_path / "var").exists()  # nothing was started or created
+
+
+@pytest.mark.parametrize(("queues", "says"), [
+    (None, "submitqueue: queues file 'queues.yaml' does not exist; create it (the "
+           "repository's queues.yaml is an example) or set SQ_QUEUES_FILE to the path of one"),
+    ("queues:\n  - name: 3\n", "submitqueue: queues.yaml: queues.0.name: Input should be a "
+                               "valid string"),
+])
+def test_serve_without_a_valid_queues_file_says_so_in_one_line(
+    tmp_path: Path, queues: str | None, says: str
+) -> None:
+    if queues is not None:
+        (tmp_path / "queues.yaml").write_text(queues)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SQ_")}
+    env["PYTHONPATH"] = str(ROOT)
+    done = subprocess.run([sys.executable, "-m", "app.cli", "serve"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr.strip()) == (2, says)
+    assert not (tmp_path / "var").exists()  # nothing was started or created
