@@ -1,6 +1,7 @@
-"""The client-side commands of ``submitqueue``: ``land``, ``status``, ``list`` and
-``watch``. They talk to any gateway over its REST API (``app/cli/client.py``) and import
-nothing of the server (an import-linter contract); ``demo`` lives in ``demo.py``.
+"""The client-side commands of ``submitqueue``: ``land``, ``status``, ``cancel``,
+``list`` and ``watch``. They talk to any gateway over its REST API
+(``app/cli/client.py``) and import nothing of the server (an import-linter contract);
+``demo`` lives in ``demo.py``.
 
 Common options: ``--url`` (env ``SQ_URL``, default http://127.0.0.1:8000); the token in
 ``SQ_TOKEN``, if set, is sent as ``Authorization: Bearer``. Exit status: 0 success;
@@ -174,6 +175,22 @@ def status(
     run_exit(work)
 
 
+def cancel(
+    sqid: Annotated[str, typer.Argument(help="A request id, <queue>/<n>.", callback=_sqid)],
+    reason: Annotated[str, typer.Option(help="Why; kept in the request's history.")] = "",
+    url: Url = DEFAULT_URL, as_json: Json = False,
+) -> None:
+    """Ask to cancel a request; prints the status the server answers (``cancelling``, or
+    the request's terminal status when it had already ended: nothing is changed then)."""
+    async def work() -> int:
+        async with _client(url) as client:
+            answer = await client.cancel(sqid, reason)
+        typer.echo(json.dumps({"sqid": sqid, "status": answer}) if as_json
+                   else f"{sqid}  {answer}")
+        return 0
+    run_exit(work)
+
+
 def list_requests(
     queue: QueueOpt = None,
     since: Annotated[str | None, typer.Option(
@@ -269,5 +286,6 @@ def register(cli: typer.Typer) -> None:
     """Add the client commands to the ``submitqueue`` app."""
     cli.command()(land)
     cli.command()(status)
+    cli.command()(cancel)
     cli.command("list")(list_requests)
     cli.command()(watch)

@@ -1,4 +1,4 @@
-"""The client commands (`submitqueue land/status/list/watch`) against the real app.
+"""The client commands (`submitqueue land/status/cancel/list/watch`) against the real app.
 
 The server runs in the test's event loop (harness.serve); each command runs through
 typer's CliRunner in a worker thread, where it starts its own event loop, exactly as
@@ -75,6 +75,32 @@ async def test_land_watch_status_and_list(database_url: str, tmp_path: Path) -> 
         assert "only the newest 1 shown" in r.stdout
         r = await run_cli("list", "-q", "demo", "--since", "2999-01-01", *url)
         assert r.exit_code == 0 and "(no requests on demo match)" in r.stdout
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+async def test_cancel_a_request_in_flight_and_one_already_ended(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with serve(database_url, tmp_path) as server:
+        url = ("--url", server.base_url)
+        slow = change("cli-slow", files="src/slow.py", build_ms=30_000)
+        sqid = await server.land(slow)
+        r = await run_cli("cancel", sqid, "--reason", "wrong branch", *url)
+        assert r.exit_code == 0, r.output
+        assert r.stdout.strip() == f"{sqid}  cancelling"
+        final = await server.wait_all_terminal([sqid], timeout=30)
+        assert final == {sqid: "cancelled"}
+        r = await run_cli("status", "--json", sqid, *url)
+        history = json.loads(r.stdout)["history"]
+        assert any("wrong branch" in json.dumps(e) for e in history), history
+
+        r = await run_cli("cancel", "--json", sqid, *url)  # ended: left as it is
+        assert r.exit_code == 0, r.output
+        assert json.loads(r.stdout) == {"sqid": sqid, "status": "cancelled"}
+        r = await run_cli("cancel", "demo/999", *url)
+        assert r.exit_code == 1 and "not_found" in r.stderr, r.output
+        r = await run_cli("cancel", "not-a-sqid", *url)
+        assert r.exit_code == 2, r.output
 
 
 async def test_watch_without_ids_follows_what_is_in_flight(tmp_path: Path) -> None:
