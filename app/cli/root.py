@@ -155,11 +155,18 @@ def dlq_show(
     if as_json:
         typer.echo(json.dumps(body, indent=2))
         return
+    if not body["items"]:
+        typer.echo(f"(no dead letters on {topic})")
+        return
+    typer.echo(f"{'ID':>8}  {'ENTITY':24} {'ATTEMPTS':>8}  LAST ERROR")
     for i in body["items"]:
-        typer.echo(f"{i['id']:>8}  {i['entity_id'] or '-':24} attempts={i['attempts']}  "
-                   f"{(i['last_error'] or '')[:80]}")
+        first, *rest = (i["last_error"] or "-").splitlines() or ["-"]
+        more = (f"  (+{len(rest)} lines: submitqueue dlq show {topic} {i['id']})"
+                if rest else "")
+        typer.echo(f"{i['id']:>8}  {i['entity_id'] or '-':24} {i['attempts']:>8}  "
+                   f"{first}{more}")
     if body["next_cursor"]:
-        typer.echo(f"(more: {limit} shown)")
+        typer.echo(f"(only the first {limit} shown; --limit shows more)")
 
 
 @dlq_cli.command("drain")

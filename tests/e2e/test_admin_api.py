@@ -271,12 +271,18 @@ async def test_cli_lists_shows_and_drains(
             listing = await asyncio.to_thread(run, "dlq", "list")
             assert any(line.split()[:2] == ["start_dlq", "1"] for line in listing.splitlines())
             shown = await asyncio.to_thread(run, "dlq", "show", "start_dlq")
-            assert str(item["id"]) in shown
+            header, row = shown.splitlines()
+            assert header.split() == ["ID", "ENTITY", "ATTEMPTS", "LAST", "ERROR"]
+            assert row.split()[0] == str(item["id"])
+            first_line = (item["last_error"] or "-").splitlines()[0]
+            assert first_line in row  # the whole first line, not cut at 80 characters
             one = await asyncio.to_thread(run, "dlq", "show", "start_dlq", str(item["id"]))
             assert '"message_id": "cli-poison"' in one
             drained = await asyncio.to_thread(run, "dlq", "drain", "start_dlq", "--mode",
                                               "discard", "--reason", "cli test")
             assert "discarded: 1" in drained
+            empty = await asyncio.to_thread(run, "dlq", "show", "start_dlq")
+            assert empty.strip() == "(no dead letters on start_dlq)"
             assert (await api(server, "GET", "/dlq/start_dlq/messages"))["items"] == []
         finally:
             get_settings.cache_clear()
