@@ -79,7 +79,7 @@ def _settings() -> Settings:
         return get_settings()
     except ValidationError as exc:
         for line in setting_errors(exc):
-            typer.echo(f"submitqueue: invalid setting {line}", err=True)
+            typer.echo(f"submitqueue: invalid setting {redact_text(line)}", err=True)
         raise typer.Exit(2) from None
 
 
@@ -160,7 +160,7 @@ def dlq_show(
         return
     typer.echo(f"{'ID':>8}  {'ENTITY':24} {'ATTEMPTS':>8}  LAST ERROR")
     for i in body["items"]:
-        first, *rest = (i["last_error"] or "-").splitlines() or ["-"]
+        first, *rest = (i["last_error"] or "-").splitlines()
         more = (f"  (+{len(rest)} lines: submitqueue dlq show {topic} {i['id']})"
                 if rest else "")
         typer.echo(f"{i['id']:>8}  {i['entity_id'] or '-':24} {i['attempts']:>8}  "

@@ -133,3 +133,13 @@ def test_serve_without_a_valid_queues_file_says_so_in_one_line(
                           env=env, capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stderr.strip()) == (2, says)
     assert not (tmp_path / "var").exists()  # nothing was started or created
+
+
+def test_an_invalid_setting_never_prints_a_password_it_holds(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SQ_")}
+    env.update({"SQ_PUBLIC_URL": "ftp://bot:hunter2@ci.example", "PYTHONPATH": str(ROOT)})
+    done = subprocess.run([sys.executable, "-m", "app.cli", "serve"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("submitqueue: invalid setting SQ_PUBLIC_URL=")
+    assert "hunter2" not in done.stderr
