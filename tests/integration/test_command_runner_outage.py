@@ -28,10 +28,14 @@ async def parked(runner: CommandBuildRunner, build_id: str) -> None:
     build waits for its build system."""
     deadline = time.monotonic() + 20
     while True:
+        # ``waiting()`` first: the runner writes the detail before it marks the build
+        # waiting, so a store read after a true ``waiting()`` must show it (read before,
+        # it could be older than the mark: the race that once failed CI here)
+        waiting = runner.waiting(build_id)
         run = await runner.store.get(build_id)
         assert run is not None and not run.status.terminal, run
-        if runner.waiting(build_id):
-            assert run.detail.startswith(INFRA_DETAIL) and runner.down
+        if waiting:
+            assert run.detail.startswith(INFRA_DETAIL) and runner.down, run
             return
         assert time.monotonic() < deadline, "the build never waited for its build system"
         await asyncio.sleep(0.05)
