@@ -30,6 +30,7 @@ from app.domain.queue_config import QueueConfig
 from app.domain.redaction import SecretMask
 from app.extensions.base import QueueExtensions
 from app.extensions.factory import ExtensionRegistry, load_queues_file, webhook_secrets
+from app.gateway.access import Access, AccessPolicy
 from app.logs import configure_logging
 from app.metrics import Metrics, state_source
 from app.queue import Backoff, Broker, Chaos, ConsumerService, backend_for_url
@@ -40,6 +41,9 @@ from app.views.data import TimingCache
 from app.views.events import EventHub
 
 log = logging.getLogger("submitqueue")
+OPEN_WARNING = ("SQ_AUTH=open on an address other machines can reach: anyone who reaches "
+                "this server may land and cancel; set SQ_AUTH=required and create tokens "
+                "(docs/access.md)")
 
 
 class Runtime:
@@ -101,6 +105,9 @@ class Runtime:
             log_context=log_ids,
             guard=self.outages if orchestrator else None,
         )
+        self.access = Access(self.db, AccessPolicy(
+            mode=settings.effective_auth, reads_required=settings.auth_reads == "required",
+            admin_token=settings.admin_token or None), self.broker.clock)
         self.event_hub = EventHub(self.db)  # live streams of the pages (gateway roles)
         self.view_timing = TimingCache()  # the pages' recent build and merge times
         self.scheduler = Scheduler(on_run=self.metrics.job_finished)
@@ -157,7 +164,10 @@ class Runtime:
             await self.stop()
             raise
         self.started = True
-        log.info("submitqueue started", extra={"role": self.settings.role})
+        log.info("submitqueue started", extra={"role": self.settings.role,
+                                               "auth": self.settings.effective_auth})
+        if self.settings.open_exposed:
+            log.warning(OPEN_WARNING, extra={"host": self.settings.host})
 
     async def _check_migrations(self) -> None:
         if self.settings.auto_migrate:
@@ -201,12 +211,24 @@ class Runtime:
         # a warning for queues that run them unsandboxed)
         checks["builds"] = self.extensions.build_readiness()
         checks["dependencies"] = await self._dependencies()
+        checks["auth"] = self.auth_readiness()
         running = self.consumers.running
         checks["consumers"] = {
             "ok": self.started and running == len(self.consumers.consumers),
             "running": running,
         }
         return checks
+
+
+    def auth_readiness(self) -> dict[str, Any]:
+        """How calls are authorized; a warning (never unready) for ``open`` on an address
+        others can reach."""
+        out: dict[str, Any] = {"ok": True, "mode": self.settings.effective_auth,
+                               "reads": self.settings.auth_reads,
+                               "admin_token": bool(self.settings.admin_token)}
+        if self.settings.open_exposed:
+            out["warning"] = OPEN_WARNING
+        return out
 
 
 async def _logged_stop(name: str, stop: Callable[[], Awaitable[Any]]) -> None:

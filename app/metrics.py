@@ -208,6 +208,13 @@ class Metrics:
         self.http_seconds = Histogram(f"{NS}_http_request_duration_seconds",
                                       "HTTP request time", ["method", "route"],
                                       buckets=HTTP_BUCKETS, registry=r)
+        self.auth_refusals = Counter(f"{NS}_auth_refusals", "Calls refused for want of a "
+                                     "valid token (unauthorized) or a scope (missing_scope, "
+                                     "forbidden, admin_disabled)", ["scope", "code"],
+                                     registry=r)
+        self.quota_refusals = Counter(f"{NS}_quota_refusals", "Land requests refused by a "
+                                      "quota (in_flight, per_hour); nothing was stored",
+                                      ["queue", "limit"], registry=r)
         self.refresh_errors = Counter(f"{NS}_metrics_refresh_errors", "Failed or timed-out "
                                       "reads of the database state", registry=r)
         self.job_runs = Counter(f"{NS}_scheduler_job_runs", "Runs of the scheduler's periodic "
@@ -265,6 +272,13 @@ class Metrics:
     def observe_http(self, method: str, route: str, status: int, seconds: float) -> None:
         self.http_requests.labels(method, route, str(status)).inc()
         self.http_seconds.labels(method, route).observe(seconds)
+
+    # -- access ---------------------------------------------------------------------
+    def auth_refused(self, scope: str, code: str) -> None:
+        self.auth_refusals.labels(scope, code).inc()
+
+    def quota_refused(self, queue: str, limit: str) -> None:
+        self.quota_refusals.labels(queue, limit).inc()
 
     # -- scrape -------------------------------------------------------------------
     async def refresh(self, *, force: bool = False) -> None:

@@ -5,6 +5,7 @@ Every setting is listed with its default in ``.env.example``; keep the two in st
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 from functools import lru_cache
 from pathlib import Path
@@ -99,6 +100,33 @@ class Settings(BaseSettings):
 
     # Admin API (kept out of repr() so a logged Settings never shows it)
     admin_token: str | None = Field(default=None, repr=False)
+
+    # Access (docs/access.md). required: land and cancel need a token with the scope;
+    # open: anyone may (the demo). Unset: open while the server listens on loopback,
+    # required otherwise. auth_reads=required: reads need a token with `read` too.
+    auth: Literal["required", "open", ""] = ""
+    auth_reads: Literal["public", "required"] = "public"
+
+    @property
+    def loopback(self) -> bool:
+        """Whether ``host`` is a loopback address (nothing off this machine can connect)."""
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
+
+    @property
+    def effective_auth(self) -> Literal["required", "open"]:
+        if self.auth:
+            return self.auth
+        return "open" if self.loopback else "required"
+
+    @property
+    def open_exposed(self) -> bool:
+        """``SQ_AUTH=open`` on an address others can reach: warned about."""
+        return self.effective_auth == "open" and not self.loopback
 
     # Observability and HTTP hardening
     metrics_refresh_ms: int = Field(

@@ -1,13 +1,15 @@
 """The admin API (``/api/v1/admin``): queue topics, dead letters and their drain,
 consumer pause/resume, and the audit log of every admin action.
 
-**Auth.** ``Authorization: Bearer <token>`` compared in constant time
-(``hmac.compare_digest``) with ``SQ_ADMIN_TOKEN``. Unset -> every call is 403
-(``admin_disabled``) with a message naming ``SQ_ADMIN_TOKEN``; a missing or wrong
-token -> 401 (``unauthorized``). A refused call has no side effect and is not audited.
-The audit *actor* is the token's label: a token written ``label:secret`` (e.g.
-``ops-alice:s3cret``) is recorded as ``ops-alice``; any other token as ``admin``.
-The whole string, label included, is the secret that is compared.
+**Auth.** ``Authorization: Bearer <token>``: ``SQ_ADMIN_TOKEN`` (compared in constant
+time) or an API token with the ``admin`` scope (``app/gateway/access.py``). Without a
+token and without ``SQ_ADMIN_TOKEN`` -> 403 (``admin_disabled``) naming
+``SQ_ADMIN_TOKEN``; a missing, wrong, revoked or expired token -> 401
+(``unauthorized``); a token without ``admin`` -> 403 (``missing_scope``). A refused
+call has no side effect and is not audited. The audit *actor* is the token's label:
+``SQ_ADMIN_TOKEN`` written ``label:secret`` (e.g. ``ops-alice:s3cret``) is recorded as
+``ops-alice``, any other as ``admin``; an API token as its label. The API tokens
+themselves are managed under ``/tokens`` (``app/api/tokens.py``).
 
 | Route | What |
 |---|---|
@@ -34,12 +36,10 @@ a control character (a reason may hold tabs and newlines) or a lone surrogate ->
 
 from __future__ import annotations
 
-import hmac
 import re
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, FastAPI, Query
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.api.admin_schemas import (
@@ -58,12 +58,14 @@ from app.api.admin_schemas import (
     TopicsOut,
     TopicStatsOut,
 )
+from app.api.auth import Credentials, authorize
 from app.api.deps import ApiRuntime, RuntimeDep
 from app.api.schemas import ErrorOut, SafeLine, SafeText
 from app.controllers.dlq import Reconciler, Undecodable
 from app.controllers.dlq.reconcilers import decode_entity
 from app.controllers.pipeline import build_reconcilers
-from app.domain.errors import AdminDisabled, NotFound, Unauthorized, ValidationError
+from app.domain.access import Scope
+from app.domain.errors import NotFound, ValidationError
 from app.domain.messages import LOG
 from app.gateway import audit as audit_log
 from app.queue import (
@@ -82,35 +84,17 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 AdminRuntime = ApiRuntime
-bearer = HTTPBearer(auto_error=False, scheme_name="AdminToken",
-                    description="SQ_ADMIN_TOKEN (or its 'label:secret' form) as a Bearer token")
 
 
 def install_admin(app: FastAPI) -> None:
     app.include_router(router)
 
 
-def token_label(token: str) -> str:
-    """``label:secret`` -> ``label``; any other token -> ``admin``."""
-    label, sep, secret = token.partition(":")
-    return label if sep and label and secret else "admin"
-
-
-def require_admin(
-    rt: RuntimeDep,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)] = None,
-) -> str:
-    """The caller's actor label; ``AdminDisabled`` (403) or ``Unauthorized`` (401)."""
-    expected = rt.settings.admin_token
-    if not expected:
-        raise AdminDisabled("the admin API is disabled; set SQ_ADMIN_TOKEN to a secret "
-                            "(optionally 'label:secret') and restart to enable it")
-    given = credentials.credentials.strip() if credentials is not None else ""
-    if not given:
-        raise Unauthorized("missing admin token; send 'Authorization: Bearer <SQ_ADMIN_TOKEN>'")
-    if not hmac.compare_digest(given.encode(), expected.encode()):
-        raise Unauthorized("wrong admin token")
-    return token_label(expected)
+async def require_admin(rt: RuntimeDep, credentials: Credentials = None) -> str:
+    """The caller's actor label: ``SQ_ADMIN_TOKEN`` or an API token with the ``admin``
+    scope (``app/gateway/access.py``); ``AdminDisabled`` (403), ``Unauthorized`` (401)
+    or ``MissingScope`` (403) otherwise."""
+    return (await authorize(rt, credentials, Scope.ADMIN, None)).actor
 
 
 Actor = Annotated[str, Depends(require_admin)]

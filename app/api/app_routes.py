@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-from app.api import builds, events, requests, views
+from app.api import builds, events, requests, tokens, views
 from app.api.admin import install_admin
 from app.api.errors import install_handlers
 from app.api.middleware import MAX_BODY_BYTES, BodyGuard, CatchAll
@@ -23,6 +23,7 @@ def install(app: FastAPI, *, max_body_bytes: int = MAX_BODY_BYTES) -> None:
     app.include_router(requests.router)
     app.include_router(builds.router)  # build logs and the CI status callback
     install_admin(app)
+    app.include_router(tokens.router)  # whoami, and the admin API's tokens
     app.include_router(views.router)  # status pages: JSON views, live events, the pages
     app.include_router(events.router)
     install_pages(app)

@@ -23,6 +23,7 @@ from fastapi import APIRouter, Path, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import PlainTextResponse
 
+from app.api.auth import Reader
 from app.api.deps import RuntimeDep
 from app.domain.errors import NotFound
 from app.extensions.builds.signature import FORMAT, SIGNATURE_HEADER
@@ -62,7 +63,7 @@ def _not_webhook(build_id: str) -> NotFound:
                404: {**_ERROR, "description": "no such build"}},
     summary="A build's log (the last MiB), also while it runs",
 )
-async def build_log(build_id: BuildId, runtime: Runtime) -> PlainTextResponse:
+async def build_log(build_id: BuildId, runtime: Runtime, _caller: Reader) -> PlainTextResponse:
     text = await runtime.extensions.build_store.get_log(build_id)
     if text is None:
         raise _no_log(build_id)

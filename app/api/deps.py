@@ -17,6 +17,7 @@ from app.db.engine import Database
 from app.domain.errors import NotFound
 from app.domain.queue_config import QueueConfig
 from app.extensions.base import BuildStore, QueueExtensions
+from app.gateway.access import Access
 from app.queue import Broker
 from app.settings import Settings
 from app.views.data import TimingCache
@@ -57,6 +58,9 @@ class ApiRuntime(Protocol):
 
     @property
     def metrics(self) -> Any: ...
+
+    @property
+    def access(self) -> Access: ...
 
     async def readiness(self) -> dict[str, dict[str, Any]]: ...
 

@@ -12,7 +12,8 @@
 | ``Busy`` (the SQLite write lock stayed taken too long), queue ``QueueBusy`` | 503 | ``busy`` |
 | ``ServiceUnavailable`` (``TooManyStreams``: ``Retry-After: 5``), other ``QueueError``s, transient database errors | 503 | |
 | ``Unauthorized`` (``WWW-Authenticate: Bearer``), ``BadSignature`` | 401 | their ``code`` |
-| ``Forbidden`` (``AdminDisabled``) | 403 | their ``code`` |
+| ``Forbidden`` (``AdminDisabled``, ``MissingScope``) | 403 | their ``code`` |
+| ``QuotaExceeded`` (``Retry-After``: when the quota frees up) | 429 | ``quota_exceeded`` |
 | FastAPI's ``RequestValidationError`` (bad body, query or path) | 422 | ``invalid_request`` |
 | Starlette's ``HTTPException`` (unknown route, wrong method) | its status | e.g. ``not_found`` |
 | anything else | 500 | ``internal_error`` (logged; no details leak) |
@@ -44,6 +45,7 @@ from app.domain.errors import (
     IdempotencyKeyReused,
     InvalidState,
     NotFound,
+    QuotaExceeded,
     ServiceUnavailable,
     SubmitQueueError,
     Unauthorized,
@@ -80,11 +82,13 @@ _DOMAIN_STATUS: tuple[tuple[type[SubmitQueueError], int], ...] = (
     (ServiceUnavailable, 503),
     (Unauthorized, 401),
     (Forbidden, 403),
+    (QuotaExceeded, 429),
 )
 
 _HTTP_CODES = {
     400: "bad_request", 404: "not_found", 405: "method_not_allowed", 413: "payload_too_large",
-    415: "unsupported_media_type", 422: "invalid_request", 503: "unavailable",
+    415: "unsupported_media_type", 422: "invalid_request", 429: "too_many_requests",
+    503: "unavailable",
 }
 
 
@@ -139,6 +143,9 @@ def response_for(exc: BaseException) -> JSONResponse:
         for cls, status in _DOMAIN_STATUS:
             if isinstance(exc, cls):
                 message = str(exc) or exc.code
+                if status == 429:
+                    return error_response(status, exc.code, message, headers={
+                        "Retry-After": str(getattr(exc, "retry_after_s", RETRY_AFTER_S))})
                 if status == 503:
                     message = f"{message}; try again" if str(exc) else TRY_AGAIN
                     after = getattr(exc, "retry_after_s", RETRY_AFTER_S)

@@ -22,6 +22,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 from fastapi.responses import StreamingResponse
 
+from app.api.auth import Reader
 from app.api.deps import RuntimeDep, queue_config
 from app.api.schemas import ErrorOut, RequestSummaryOut
 from app.domain.entities import RequestSummary
@@ -70,7 +71,8 @@ async def stream(hub: EventHub, sub: Subscriber, *,
 @router.get("/events", response_class=StreamingResponse,
             responses={200: {"content": {"text/event-stream": {}},
                              "description": "A Server-Sent Events stream."}})
-async def events(rt: RuntimeDep, queue: Annotated[str, Query(max_length=100)]) -> Any:
+async def events(rt: RuntimeDep, _caller: Reader,
+                 queue: Annotated[str, Query(max_length=100)]) -> Any:
     """Live updates of a queue's requests as Server-Sent Events (see the module doc)."""
     queue_config(rt, queue)
     hub = rt.event_hub

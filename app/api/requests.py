@@ -26,6 +26,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Path, Query, Response
 
+from app.api.auth import Canceller, Lander, Reader
 from app.api.deps import RuntimeDep, queue_config
 from app.api.schemas import (
     CancelAccepted,
@@ -41,7 +42,7 @@ from app.api.schemas import (
     RequestSummaryOut,
     SafeLine,
 )
-from app.domain.errors import ValidationError
+from app.domain.errors import QuotaExceeded, ValidationError
 from app.domain.ids import request_id
 from app.domain.states import PublicStatus
 from app.domain.text import check_line
@@ -50,7 +51,8 @@ from app.gateway import requests as gateway
 
 VISIBLE_STATUSES = tuple(s.value for s in PublicStatus if s is not PublicStatus.ACCEPTING)
 _ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorOut} for code in (400, 404, 409, 413, 415, 422, 500, 503)
+    code: {"model": ErrorOut}
+    for code in (400, 401, 403, 404, 409, 413, 415, 422, 429, 500, 503)
 }
 
 router = APIRouter(prefix="/api/v1", tags=["requests"], responses=_ERRORS)
@@ -63,7 +65,7 @@ MAX_CURSOR_ID = 255
 
 @router.post("/queues/{queue}/requests", status_code=202, response_model=LandAccepted)
 async def land(
-    queue: str, body: LandBody, runtime: RuntimeDep, response: Response,
+    queue: str, body: LandBody, runtime: RuntimeDep, response: Response, caller: Lander,
     idempotency_key: Annotated[str | None, Header(
         alias="Idempotency-Key", max_length=landing.MAX_KEY_LENGTH,
         description="Resend a land with the same key (and body) to get the same sqid back.",
@@ -73,18 +75,26 @@ async def land(
 
     Each change lands at most once per queue: a change that a live request carries or
     that already landed is refused with 409 naming that request (``app/gateway/landing.py``).
+    Needs the scope ``land`` (under ``SQ_AUTH=required``); the caller's actor is recorded
+    as ``submitted_by`` and its quotas (``quotas:`` in queues.yaml) apply: 429 with
+    ``Retry-After`` when one is used up, and nothing is stored.
     """
     config = queue_config(runtime, queue)
-    landed = await landing.accept(runtime, queue=queue, config=config,
-                                  change_uris=body.change_uris, strategy=body.strategy,
-                                  key=idempotency_key)
+    try:
+        landed = await landing.accept(runtime, queue=queue, config=config,
+                                      change_uris=body.change_uris, strategy=body.strategy,
+                                      key=idempotency_key, actor=caller.actor)
+    except QuotaExceeded as exc:
+        runtime.metrics.quota_refused(queue, exc.limit)
+        raise
     if landed.replayed:
         response.headers["Idempotent-Replayed"] = "true"
     return LandAccepted(sqid=landed.sqid, queue=queue, status=landed.status)
 
 
 @router.get("/queues/{queue}/requests/{n}", response_model=RequestSummaryOut)
-async def get_request(queue: str, n: RequestNumber, runtime: RuntimeDep) -> RequestSummaryOut:
+async def get_request(queue: str, n: RequestNumber, runtime: RuntimeDep,
+                      _caller: Reader) -> RequestSummaryOut:
     """The current status of one request."""
     queue_config(runtime, queue)
     found = await gateway.summary(runtime.db, queue=queue, sqid=request_id(queue, n))
@@ -92,7 +102,8 @@ async def get_request(queue: str, n: RequestNumber, runtime: RuntimeDep) -> Requ
 
 
 @router.get("/queues/{queue}/requests/{n}/history", response_model=HistoryOut)
-async def get_history(queue: str, n: RequestNumber, runtime: RuntimeDep) -> HistoryOut:
+async def get_history(queue: str, n: RequestNumber, runtime: RuntimeDep,
+                      _caller: Reader) -> HistoryOut:
     """Every status and event of one request, oldest first."""
     queue_config(runtime, queue)
     sqid = request_id(queue, n)
@@ -103,14 +114,18 @@ async def get_history(queue: str, n: RequestNumber, runtime: RuntimeDep) -> Hist
 @router.post("/queues/{queue}/requests/{n}/cancel", status_code=202,
              response_model=CancelAccepted)
 async def cancel(
-    queue: str, n: RequestNumber, runtime: RuntimeDep, body: CancelBody | None = None
+    queue: str, n: RequestNumber, runtime: RuntimeDep, caller: Canceller,
+    body: CancelBody | None = None,
 ) -> CancelAccepted:
     """Ask to cancel a request; a request already landed, failed or cancelled is left
-    alone and its terminal status is returned."""
+    alone and its terminal status is returned. Needs ``cancel`` for the caller's own
+    requests and ``cancel:any`` for another's (under ``SQ_AUTH=required``); the history
+    records who asked and why."""
     queue_config(runtime, queue)
     sqid = request_id(queue, n)
     reason = body.reason if body is not None else ""
-    status = await gateway.cancel(runtime, queue=queue, sqid=sqid, reason=reason)
+    status = await gateway.cancel(runtime, queue=queue, sqid=sqid, reason=reason,
+                                  caller=caller)
     return CancelAccepted(sqid=sqid, status=status)
 
 
@@ -153,6 +168,7 @@ def decode_cursor(cursor: str, query: dict[str, Any]) -> tuple[int, str]:
 async def list_requests(
     queue: str,
     runtime: RuntimeDep,
+    _caller: Reader,
     since_ms: Annotated[int | None, Query(ge=0, le=MAX_INT64,
                                           description="received at or after")] = None,
     until_ms: Annotated[int | None, Query(ge=0, le=MAX_INT64,
@@ -187,7 +203,7 @@ async def list_requests(
 
 
 @router.get("/queues", response_model=QueuesOut)
-async def list_queues(runtime: RuntimeDep) -> QueuesOut:
+async def list_queues(runtime: RuntimeDep, _caller: Reader) -> QueuesOut:
     """The configured merge queues, with how many visible requests are in each status."""
     counts = await gateway.counts(runtime.db, list(runtime.queues))
     return QueuesOut(items=[

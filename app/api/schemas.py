@@ -64,6 +64,10 @@ class RequestSummaryOut(BaseModel):
     landed_commits: list[str] = Field(
         default_factory=list,
         description="Landed only: the target commit each change landed as, in order.")
+    submitted_by: str = Field(
+        default="", description="Who submitted it: the token's label, or 'anonymous' "
+                                "(SQ_AUTH=open without a token); empty for requests "
+                                "accepted before tokens existed.")
 
     @classmethod
     def of(cls, s: RequestSummary) -> RequestSummaryOut:
@@ -71,6 +75,7 @@ class RequestSummaryOut(BaseModel):
             sqid=s.request_id, queue=s.queue, change_uris=list(s.change_uris),
             received_at_ms=s.received_at_ms, status=s.status, last_error=s.last_error,
             metadata=dict(s.metadata), landed_commits=landed_commits(s),
+            submitted_by=s.submitted_by,
         )
 
 

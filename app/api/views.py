@@ -19,13 +19,14 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
 
+from app.api.auth import Reader
 from app.api.deps import RuntimeDep, queue_config
 from app.api.schemas import ErrorOut, SafeLine
 from app.views import pages
 from app.views.schemas import OverviewOut, RequestViewOut, SearchOut
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorOut} for code in (400, 404, 422, 500, 503)
+    code: {"model": ErrorOut} for code in (400, 401, 403, 404, 422, 500, 503)
 }
 
 router = APIRouter(prefix="/api/v1", tags=["views"], responses=_ERRORS)
@@ -35,20 +36,21 @@ RequestNumber = Annotated[int, Path(ge=1, le=2**63 - 1,
 
 
 @router.get("/queues/{queue}/overview", response_model=OverviewOut)
-async def overview(queue: str, rt: RuntimeDep) -> OverviewOut:
+async def overview(queue: str, rt: RuntimeDep, _caller: Reader) -> OverviewOut:
     """Everything the queue page shows, in one read."""
     return await pages.overview(rt, queue_config(rt, queue), rt.view_timing)
 
 
 @router.get("/queues/{queue}/requests/{n}/view", response_model=RequestViewOut)
-async def request_view(queue: str, n: RequestNumber, rt: RuntimeDep) -> RequestViewOut:
+async def request_view(queue: str, n: RequestNumber, rt: RuntimeDep,
+                       _caller: Reader) -> RequestViewOut:
     """Everything the request page shows, in one read."""
     queue_config(rt, queue)
     return await pages.request_view(rt, queue, n, rt.view_timing)
 
 
 @router.get("/search", response_model=SearchOut)
-async def search(rt: RuntimeDep, q: Annotated[SafeLine, Query(description=(
+async def search(rt: RuntimeDep, _caller: Reader, q: Annotated[SafeLine, Query(description=(
         "A sqid (demo/12), a request number with 'queue', or an exact change URI."))] = "",
                  queue: Annotated[SafeLine | None, Query(max_length=100)] = None) -> SearchOut:
     """Find requests by sqid or by an exact change URI."""

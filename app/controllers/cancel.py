@@ -69,5 +69,6 @@ class CancelController(StageController):
 
 
 def _metadata(msg: CancelRequestMsg) -> dict[str, Any]:
-    """What the ``cancelled`` log carries (its repair too: one id, one payload)."""
-    return {"reason": msg.reason}
+    """What the ``cancelled`` log carries (its repair too: one id, one payload): the
+    reason, and who asked when the gateway knew."""
+    return {"reason": msg.reason, "actor": msg.actor} if msg.actor else {"reason": msg.reason}

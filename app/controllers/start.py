@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from app.controllers.common import StageController, load_request, repair_terminal, status_log
 from app.db.repos import requests as request_repo
-from app.domain.entities import LandRequest, RequestLog
-from app.domain.messages import VALIDATE, EntityMsg, LandRequestMsg, log_id
-from app.domain.states import LogType, PublicStatus, RequestState
+from app.domain.entities import LandRequest
+from app.domain.messages import VALIDATE, EntityMsg, LandRequestMsg, accepted_entry
+from app.domain.states import RequestState
 from app.queue import Delivery
 
 
@@ -37,10 +37,7 @@ class StartController(StageController):
             return
         # ``accepted`` under the gateway's own log id: a no-op when the gateway recorded
         # it, the repair when the gateway died between publishing ``start`` and that write.
-        accepted = RequestLog(
-            queue=msg.queue, request_id=msg.id, timestamp_ms=msg.received_at_ms or
-            self.deps.now(), type=LogType.STATUS, status=PublicStatus.ACCEPTED.value,
-            log_id=log_id(msg.id, PublicStatus.ACCEPTED.value))
+        accepted = accepted_entry(msg, self.deps.now())
         await self.deps.publish_logs(
             [accepted, status_log(msg.queue, msg.id, "started", now=self.deps.now(), version=1)])
         await self.deps.publish(VALIDATE, EntityMsg(id=msg.id, queue=msg.queue),

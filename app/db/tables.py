@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from app.db.models import (
     AdminAuditRow,
+    ApiTokenRow,
     BatchClaimRow,
     BatchRow,
     BuildRow,
@@ -35,6 +36,7 @@ __all__ = [
     "URI",
     "Q",
     "admin_audit",
+    "api_tokens",
     "batch_claims",
     "batches",
     "build_runs",
@@ -74,3 +76,4 @@ change_uri_requests = table_of(ChangeUriRequestRow)
 change_claims = table_of(ChangeClaimRow)
 idempotency_keys = table_of(IdempotencyKeyRow)
 admin_audit = table_of(AdminAuditRow)
+api_tokens = table_of(ApiTokenRow)

@@ -181,3 +181,4 @@ class RequestSummary:
     version: int
     last_error: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)
+    submitted_by: str = ""  # the actor who asked (app/domain/access.py); "" = unknown

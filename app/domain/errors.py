@@ -26,7 +26,9 @@ SubmitQueueError
 ├── Unauthorized                     401 + WWW-Authenticate: Bearer
 │   └── BadSignature                 401 (a CI request's signature)
 ├── Forbidden                        403
-│   └── AdminDisabled
+│   ├── AdminDisabled
+│   └── MissingScope                 (names the scope the token lacks)
+├── QuotaExceeded                    429 + Retry-After
 ├── BuildTriggerRefused              (CI refused a trigger; never reaches the API)
 ├── Unattributed                     (a speculate dead letter naming no batch; parked)
 ├── PlanError                        (decided; never reaches the API)
@@ -54,6 +56,8 @@ SubmitQueueError
 | ``Unauthorized`` | no or a wrong token | no | 401 |
 | ``BadSignature`` | a CI request's ``X-SubmitQueue-Signature`` is missing, malformed, stale or wrong | no | 401 |
 | ``Forbidden`` / ``AdminDisabled`` | the caller may not do this / the admin API is off | no | 403 |
+| ``MissingScope`` (``Forbidden``) | the token lacks the scope the call needs (the message names it) | no | 403 |
+| ``QuotaExceeded`` | the actor's quota of the queue is used up; nothing was stored | yes, after ``retry_after_s`` | 429 + ``Retry-After`` |
 | ``ChangeRejected`` | the change cannot land as it is (unknown, stale, unreadable) | no | - (ends the request `error`) |
 | ``BuildTriggerRefused`` | the CI answered a trigger with a permanent error | no | - |
 | ``Undecodable`` | a dead letter names no entity a reconciler can act on | no, parked | - |
@@ -201,6 +205,24 @@ class AdminDisabled(Forbidden):
     """The admin API is off (no ``SQ_ADMIN_TOKEN``)."""
 
     code = "admin_disabled"
+
+
+class MissingScope(Forbidden):
+    """The caller's token lacks the scope the call needs; the message names it."""
+
+    code = "missing_scope"
+
+
+class QuotaExceeded(SubmitQueueError):
+    """The actor used up a quota of the queue (``limit``: ``in_flight`` or
+    ``per_hour``); try again after ``retry_after_s``."""
+
+    code = "quota_exceeded"
+
+    def __init__(self, message: str, *, limit: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.retry_after_s = max(1, retry_after_s)
 
 
 class ChangeRejected(SubmitQueueError):

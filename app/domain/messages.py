@@ -48,12 +48,14 @@ class LandRequestMsg(_Msg):
     change_uris: list[str] = Field(min_length=1)
     strategy: LandStrategy
     received_at_ms: int = 0  # when the gateway accepted it (0: unknown, older messages)
+    submitted_by: str = ""  # the actor who asked ("" in messages from before access)
 
 
 class CancelRequestMsg(_Msg):
     id: str
     queue: str
     reason: str = ""
+    actor: str = ""  # who asked to cancel ("" in messages from before access)
 
 
 class EntityMsg(_Msg):
@@ -126,3 +128,13 @@ class LogMsg(_Msg):
 def log_id(sqid: str, name: str, occurrence: str | None = None) -> str:
     """``<sqid>/<status|event>[/<occurrence>]``: one log message per intent."""
     return f"{sqid}/{name}/{occurrence}" if occurrence else f"{sqid}/{name}"
+
+
+def accepted_entry(msg: LandRequestMsg, now_ms: int = 0) -> RequestLog:
+    """The ``accepted`` history entry of a land: the gateway writes it, and ``start``
+    publishes the same one (same log id, same payload) in case the gateway could not."""
+    return RequestLog(
+        queue=msg.queue, request_id=msg.id, timestamp_ms=msg.received_at_ms or now_ms,
+        type=LogType.STATUS, status="accepted", request_version=0,
+        metadata={"actor": msg.submitted_by} if msg.submitted_by else {},
+        log_id=log_id(msg.id, "accepted"))

@@ -291,6 +291,16 @@ class OutagesConfig(OutageKnobs):
     dependencies: dict[Literal["repository", "builds", "github", "notify"], OutageKnobs] = {}
 
 
+class QuotasConfig(_Cfg):
+    """Per actor (a token's label; ``anonymous`` for callers without one under
+    ``SQ_AUTH=open``) in this queue: at most ``in_flight`` requests not yet ended and
+    ``per_hour`` land requests in any 60 minutes; unset = no limit. A land over either
+    is refused with 429 and ``Retry-After``, and nothing is stored."""
+
+    in_flight: int | None = Field(default=None, ge=1, le=1_000_000)
+    per_hour: int | None = Field(default=None, ge=1, le=1_000_000)
+
+
 _TYPE_OF = {"change_provider": "git", "merger": "git", "build_runner": "command"}
 
 
@@ -304,6 +314,7 @@ class QueueConfig(_Cfg):
     scorer: ScorerConfig = ScorerConfig()
     speculation: SpeculationConfig = SpeculationConfig()
     outages: OutagesConfig = OutagesConfig()
+    quotas: QuotasConfig = QuotasConfig()
     git: GitConfig | None = None
     build_budget: int = Field(default=4, ge=1, le=1000)
     default_strategy: LandStrategy = LandStrategy.REBASE

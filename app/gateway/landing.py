@@ -16,12 +16,18 @@ published (id = sqid) and ``accepted`` recorded.
 | the key bound, same body | 202 with the first sqid and its current status (header ``Idempotent-Replayed: true``); nothing new is stored or published, except that a receipt still hidden (its ``start`` publish may have been lost) is handed on again |
 | the key bound, another body | 422 ``idempotency_key_reused`` |
 | the holder let go while we looked | retried (a few times), then 409 ``version_mismatch`` |
+| the actor's quota of the queue used up (``quotas:`` in queues.yaml; checked after the key, so a replay is never refused) | 429 ``quota_exceeded`` with ``Retry-After`` |
 
 A hidden receipt whose ``start`` publish failed gives its claims and key back (the
 client was told 503, "try again"). One orphaned by a crash between commit and publish
 is handed on (its ``start`` published, ``accepted`` recorded; both idempotent by id)
 by the first land that meets its claim once it is ``ORPHAN_GRACE_MS`` old, or at once
 by a replay of its key. Idempotency keys do not expire.
+
+The quotas count the actor's summaries in the same transaction, after the sqid is
+minted: minting updates the queue's counter row, which serializes the lands of a queue
+(a row lock on PostgreSQL, the write lock on SQLite), so two lands racing for the last
+unit of a quota cannot both pass. The summary records ``submitted_by`` (the actor).
 """  # noqa: E501 - tables read best unwrapped
 
 from __future__ import annotations
@@ -32,30 +38,36 @@ import logging
 from dataclasses import dataclass
 from typing import Protocol
 
+from sqlalchemy.ext.asyncio import AsyncSession
+
 from app.controllers.stages import partition_key
 from app.db.engine import Database
 from app.db.repos import claims, counters
 from app.db.repos import request_log as repo
+from app.domain.access import ANONYMOUS
 from app.domain.change_uri import stack_identities, validate_stack
-from app.domain.entities import RequestLog, RequestSummary
+from app.domain.entities import RequestSummary
 from app.domain.errors import (
     ChangeInFlight,
     ChangeLanded,
     IdempotencyKeyReused,
+    QuotaExceeded,
     ServiceUnavailable,
     ValidationError,
     VersionMismatch,
 )
 from app.domain.ids import request_id, request_number
-from app.domain.messages import START, LandRequestMsg, log_id
+from app.domain.messages import START, LandRequestMsg, accepted_entry
 from app.domain.queue_config import QueueConfig
-from app.domain.states import LandStrategy, LogType, PublicStatus
+from app.domain.states import LandStrategy, PublicStatus
 from app.queue import Broker
 
 log = logging.getLogger("submitqueue.api")
 
 REQUEST_DOMAIN = "request"
 ORPHAN_GRACE_MS = 10_000
+HOUR_MS = 3_600_000
+IN_FLIGHT_RETRY_S = 30
 LAND_ATTEMPTS = 5
 MAX_KEY_LENGTH = 255
 ACCEPTING = PublicStatus.ACCEPTING.value
@@ -109,9 +121,9 @@ def body_digest(change_uris: list[str], strategy: LandStrategy | None) -> str:
 
 async def accept(runtime: LandRuntime, *, queue: str, config: QueueConfig,
                  change_uris: list[str], strategy: LandStrategy | None,
-                 key: str | None) -> Landed:
-    """Accept the stack ``change_uris`` for ``queue`` (see the module docstring);
-    ``strategy`` None = the queue's default."""
+                 key: str | None, actor: str = ANONYMOUS) -> Landed:
+    """Accept the stack ``change_uris`` for ``queue`` from ``actor`` (see the module
+    docstring); ``strategy`` None = the queue's default."""
     key = check_key(key)
     identities = stack_identities(validate_stack(change_uris))
     digest = body_digest(change_uris, strategy)
@@ -127,6 +139,7 @@ async def accept(runtime: LandRuntime, *, queue: str, config: QueueConfig,
                                                      body_sha256=digest, now_ms=received_ms)
                     if bound is not None:
                         raise _Replay(bound)
+                await check_quotas(s, config, actor=actor, now_ms=received_ms)
                 await claims.claim_stack(
                     s, queue=queue, request_id=sqid,
                     changes=list(zip(identities, change_uris, strict=True)),
@@ -134,7 +147,8 @@ async def accept(runtime: LandRuntime, *, queue: str, config: QueueConfig,
                 await repo.create_summary(s, queue=queue, request_id=sqid,
                                           change_uris=change_uris,
                                           received_at_ms=received_ms,
-                                          metadata={"strategy": strategy.value})
+                                          metadata={"strategy": strategy.value},
+                                          submitted_by=actor)
         except _Replay as replay:
             return await _replay(runtime, replay.record, digest, strategy)
         except claims.ClaimHeld as held:
@@ -145,13 +159,34 @@ async def accept(runtime: LandRuntime, *, queue: str, config: QueueConfig,
             continue
         break
     msg = LandRequestMsg(id=sqid, queue=queue, change_uris=change_uris, strategy=strategy,
-                         received_at_ms=received_ms)
+                         received_at_ms=received_ms, submitted_by=actor)
     try:
         await hand_off(runtime, msg)
     except ServiceUnavailable:
         await _give_back(runtime, queue=queue, sqid=sqid, key=key)
         raise
     return Landed(sqid=sqid, status=ACCEPTED)
+
+
+async def check_quotas(s: AsyncSession, config: QueueConfig, *, actor: str,
+                       now_ms: int) -> None:
+    """``QuotaExceeded`` if one more land would break ``actor``'s quotas in the queue."""
+    quotas = config.quotas
+    if quotas.in_flight is None and quotas.per_hour is None:
+        return
+    in_flight, recent, oldest = await repo.actor_usage(
+        s, queue=config.name, actor=actor, since_ms=now_ms - HOUR_MS + 1)
+    if quotas.in_flight is not None and in_flight >= quotas.in_flight:
+        raise QuotaExceeded(
+            f"{actor} has {in_flight} requests in flight in queue {config.name!r}, the most "
+            f"its quota allows ({quotas.in_flight}); try again when one of them ends",
+            limit="in_flight", retry_after_s=IN_FLIGHT_RETRY_S)
+    if quotas.per_hour is not None and recent >= quotas.per_hour:
+        wait_s = -(-((oldest or now_ms) + HOUR_MS - now_ms) // 1000)
+        raise QuotaExceeded(
+            f"{actor} sent {recent} land requests to queue {config.name!r} in the last hour, "
+            f"the most its quota allows ({quotas.per_hour}); the next one is allowed in "
+            f"{wait_s} s", limit="per_hour", retry_after_s=wait_s)
 
 
 async def hand_off(runtime: LandRuntime, msg: LandRequestMsg) -> None:
@@ -165,10 +200,7 @@ async def hand_off(runtime: LandRuntime, msg: LandRequestMsg) -> None:
         log.warning("publish failed", exc_info=exc,
                     extra={"topic": START, "message_id": msg.id})
         raise ServiceUnavailable(f"could not hand {msg.id!r} to the {START!r} topic") from exc
-    accepted = RequestLog(
-        queue=msg.queue, request_id=msg.id, timestamp_ms=msg.received_at_ms,
-        type=LogType.STATUS, status=ACCEPTED, request_version=0, log_id=log_id(msg.id, ACCEPTED),
-    )
+    accepted = accepted_entry(msg)
     try:
         await repo.persist_log(runtime.db, accepted)
     except Exception:
@@ -198,7 +230,8 @@ async def _complete(runtime: LandRuntime, summary: RequestSummary,
     """Hand a hidden receipt on: publish its ``start`` and record ``accepted``."""
     await hand_off(runtime, LandRequestMsg(
         id=summary.request_id, queue=summary.queue, change_uris=list(summary.change_uris),
-        strategy=strategy, received_at_ms=summary.received_at_ms))
+        strategy=strategy, received_at_ms=summary.received_at_ms,
+        submitted_by=summary.submitted_by))
 
 
 def _strategy_of(summary: RequestSummary, default: LandStrategy) -> LandStrategy:

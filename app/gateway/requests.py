@@ -13,8 +13,9 @@ from pydantic import BaseModel
 from app.controllers.stages import partition_key
 from app.db.engine import Database
 from app.db.repos import request_log as repo
+from app.domain.access import Principal, Scope
 from app.domain.entities import RequestLog, RequestSummary
-from app.domain.errors import ServiceUnavailable
+from app.domain.errors import Forbidden, ServiceUnavailable
 from app.domain.messages import CANCEL, CancelRequestMsg, log_id
 from app.domain.states import LogType, PublicStatus
 from app.gateway.landing import LandRuntime
@@ -53,21 +54,33 @@ async def counts(db: Database, queues: Sequence[str]) -> dict[str, dict[str, int
         return await repo.counts_by_status(s, queues=list(queues))
 
 
-async def cancel(runtime: LandRuntime, *, queue: str, sqid: str, reason: str) -> str:
-    """Ask to cancel ``sqid``: its status after the ask (a terminal one is left alone).
+async def cancel(runtime: LandRuntime, *, queue: str, sqid: str, reason: str,
+                 caller: Principal | None = None) -> str:
+    """Ask to cancel ``sqid`` on behalf of ``caller``: its status after the ask (a
+    terminal one is left alone). ``None`` = a caller with ``cancel:any``.
 
-    Records ``cancelling`` (log id stable per request), then publishes ``cancel``
-    (message id ``<sqid>/cancel``): a repeat writes and publishes nothing new."""
+    A caller without ``cancel:any`` may cancel only what it submitted (``Forbidden``
+    naming the submitter otherwise). Records ``cancelling`` with the reason and the
+    actor (log id stable per request), then publishes ``cancel`` (message id
+    ``<sqid>/cancel``): a repeat writes and publishes nothing new."""
     found = await summary(runtime.db, queue=queue, sqid=sqid)
+    actor = caller.actor if caller is not None else ""
+    if caller is not None and caller.missing(Scope.CANCEL_ANY, queue) is not None and \
+            found.submitted_by != caller.actor:
+        who = found.submitted_by or "an unknown actor (it was submitted before tokens)"
+        raise Forbidden(f"{sqid} was submitted by {who}; a token with the scope "
+                        f"'cancel' cancels only its own requests ({caller.actor}'s), "
+                        "cancelling another's needs 'cancel:any'")
     if found.status in _TERMINAL:
         return found.status
     cancelling = PublicStatus.CANCELLING.value
+    metadata = {"reason": reason, "actor": actor} if actor else {"reason": reason}
     await repo.persist_log(runtime.db, RequestLog(
         queue=queue, request_id=sqid, timestamp_ms=runtime.broker.clock(),
         type=LogType.STATUS, status=cancelling, request_version=0,
-        metadata={"reason": reason}, log_id=log_id(sqid, cancelling),
+        metadata=metadata, log_id=log_id(sqid, cancelling),
     ))
-    msg = CancelRequestMsg(id=sqid, queue=queue, reason=reason)
+    msg = CancelRequestMsg(id=sqid, queue=queue, reason=reason, actor=actor)
     await publish(runtime, CANCEL, msg, message_id=f"{sqid}/cancel")
     return cancelling
 

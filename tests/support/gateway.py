@@ -21,6 +21,8 @@ from app.domain.errors import InvalidState
 from app.domain.messages import CANCEL, LOG, START, log_id
 from app.domain.queue_config import QueueConfig
 from app.domain.states import LandStrategy, LogType
+from app.gateway.access import Access, AccessPolicy
+from app.metrics import Metrics
 from app.queue import Broker, TopicSpec, Topology, backend_for_url
 from tests.support.clocks import TickingClock
 
@@ -36,6 +38,12 @@ class FakeRuntime:
     db: Database
     broker: Broker
     queues: dict[str, QueueConfig] = field(default_factory=dict)
+    policy: AccessPolicy = AccessPolicy(mode="open")
+    metrics: Metrics = field(default_factory=lambda: Metrics(process_metrics=False))
+    access: Access = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.access = Access(self.db, self.policy, self.broker.clock)
 
 
 def topology(*topics: str) -> Topology:
@@ -66,15 +74,17 @@ class Env:
         assert await self.messages(START) == []
 
 
-async def make_env(url: str, topics: tuple[str, ...] = (START, CANCEL, LOG)) -> Env:
+async def make_env(url: str, topics: tuple[str, ...] = (START, CANCEL, LOG), *,
+                   policy: AccessPolicy = AccessPolicy(mode="open"),
+                   queues: dict[str, QueueConfig] | None = None) -> Env:
     broker = Broker(backend_for_url(url), topology(*topics), clock=TickingClock(T0))
     await broker.start()
     runtime = FakeRuntime(
-        db=Database(url), broker=broker,
+        db=Database(url), broker=broker, policy=policy,
         queues={
             "demo": QueueConfig(name="demo", description="the demo queue", build_budget=3),
             "squashy": QueueConfig(name="squashy", default_strategy=LandStrategy.SQUASH_REBASE),
-        },
+        } if queues is None else queues,
     )
     app = FastAPI()
     app.state.runtime = runtime

@@ -11,6 +11,7 @@ repositories' statements.
 from app.db.models.base import metadata, table_of
 from app.db.models.gateway import (
     AdminAuditRow,
+    ApiTokenRow,
     ChangeClaimRow,
     ChangeUriRequestRow,
     IdempotencyKeyRow,
@@ -33,6 +34,7 @@ from app.db.models.orchestrator import (
 
 __all__ = [
     "AdminAuditRow",
+    "ApiTokenRow",
     "BatchClaimRow",
     "BatchRow",
     "BuildRow",

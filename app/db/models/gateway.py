@@ -7,7 +7,9 @@ Ownership (enforced by which repository module may touch a table):
   ``change_uri_requests`` (``app/db/repos/request_log.py``), ``change_claims`` and
   ``idempotency_keys`` (``app/db/repos/claims.py``); the read model
   (``app/db/repos/views.py``) reads them and the orchestrator's ``builds``, never writes;
-- admin API: ``admin_audit`` (append only, ``app/db/repos/audit.py``).
+- admin API: ``admin_audit`` (append only, ``app/db/repos/audit.py``);
+- access: ``api_tokens`` (``app/db/repos/tokens.py``; written by the admin API's token
+  routes and, for ``last_used_at_ms`` only, by authentication).
 
 JSON columns are stored as text (``*_json``) so both dialects read them alike.
 """
@@ -15,7 +17,7 @@ JSON columns are stored as text (``*_json``) so both dialects read them alike.
 from __future__ import annotations
 
 import sqlalchemy as sa
-from sqlmodel import SQLModel
+from sqlmodel import Field, SQLModel
 
 from app.db.models.base import (
     ID,
@@ -39,6 +41,7 @@ class RequestSummaryRow(SQLModel, table=True):
         sa.Index("ix_request_summaries_received", "queue", "received_at_ms", "request_id"),
         sa.Index("ix_request_summaries_status",
                  "queue", "status", "received_at_ms", "request_id"),
+        sa.Index("ix_request_summaries_actor", "queue", "submitted_by", "received_at_ms"),
     )
 
     queue: str = pk(Q)
@@ -51,6 +54,8 @@ class RequestSummaryRow(SQLModel, table=True):
     version: int = integer()
     last_error: str = text(server_default="")
     metadata_json: str = text(server_default="{}")
+    # who submitted it (the caller's actor, ``app/domain/access.py``); "" = before 0009
+    submitted_by: str = string(100, server_default="")
 
 
 class RequestLogRow(SQLModel, table=True):
@@ -141,3 +146,25 @@ class AdminAuditRow(SQLModel, table=True):
     message_ids_json: str = text(server_default="[]")
     reason: str = text(server_default="")
     result_json: str = text(server_default="{}")
+
+
+class ApiTokenRow(SQLModel, table=True):
+    """An API token (``app/domain/access.py``): its label, scopes and queues, and the
+    scrypt hash of its secret (never the secret). Revoked tokens are kept (with
+    ``revoked_at_ms``) so the audit and the history still name them."""
+
+    __tablename__ = "api_tokens"
+
+    id: str = pk(12)
+    label: str = string(100)
+    scopes_json: str = text()
+    queues_json: str = text(server_default="null")
+    secret_hash: str = string(200)
+    created_at_ms: int = millis()
+    created_by: str = string(100, server_default="")
+    expires_at_ms: int = Field(default=0, sa_type=sa.BigInteger,
+                               sa_column_kwargs={"server_default": "0"})
+    last_used_at_ms: int = Field(default=0, sa_type=sa.BigInteger,
+                                 sa_column_kwargs={"server_default": "0"})
+    revoked_at_ms: int = Field(default=0, sa_type=sa.BigInteger,
+                               sa_column_kwargs={"server_default": "0"})

@@ -53,6 +53,7 @@ def _summary_from_row(r: Any) -> RequestSummary:
         status=r.status, request_version=r.request_version,
         status_timestamp_ms=r.status_timestamp_ms, version=r.version,
         last_error=r.last_error or "", metadata=json.loads(r.metadata_json or "{}"),
+        submitted_by=r.submitted_by or "",
     )
 
 
@@ -70,7 +71,7 @@ def _log_from_row(r: Any) -> RequestLog:
 
 async def create_summary(
     session: AsyncSession, *, queue: str, request_id: str, change_uris: Sequence[str],
-    received_at_ms: int, metadata: dict[str, Any] | None = None,
+    received_at_ms: int, metadata: dict[str, Any] | None = None, submitted_by: str = "",
 ) -> RequestSummary:
     """Record a receipt: summary ``accepting`` (version 1) and one mapping per change URI.
     ``metadata`` is the hidden receipt's own (the land keeps its strategy there, so a
@@ -80,13 +81,14 @@ async def create_summary(
         queue=queue, request_id=request_id, change_uris=tuple(change_uris),
         received_at_ms=received_at_ms, status=ACCEPTING, request_version=0,
         status_timestamp_ms=received_at_ms, version=1, metadata=dict(metadata or {}),
+        submitted_by=submitted_by,
     )
     try:
         await session.execute(sa.insert(sum_t).values(
             queue=queue, request_id=request_id, change_uris_json=_dumps(list(change_uris)),
             received_at_ms=received_at_ms, status=ACCEPTING, request_version=0,
             status_timestamp_ms=received_at_ms, version=1, last_error="",
-            metadata_json=_dumps(summary.metadata),
+            metadata_json=_dumps(summary.metadata), submitted_by=submitted_by,
         ))
     except IntegrityError as exc:
         raise AlreadyExists(f"request {request_id!r} already exists in queue {queue!r}") from exc
@@ -178,6 +180,22 @@ async def counts_by_status(
     return out
 
 
+async def actor_usage(
+    session: AsyncSession, *, queue: str, actor: str, since_ms: int
+) -> tuple[int, int, int | None]:
+    """For the quotas: ``(in_flight, received_since, oldest_since_ms)`` of ``actor``'s
+    requests in ``queue`` (hidden receipts count: they are lands on their way in)."""
+    mine = [sum_t.c.queue == queue, sum_t.c.submitted_by == actor]
+    in_flight = (await session.execute(
+        sa.select(sa.func.count()).where(*mine, sum_t.c.status.not_in(_TERMINAL_STATUSES))
+    )).scalar_one()
+    recent, oldest = (await session.execute(
+        sa.select(sa.func.count(), sa.func.min(sum_t.c.received_at_ms))
+        .where(*mine, sum_t.c.received_at_ms >= since_ms)
+    )).one()
+    return int(in_flight), int(recent), None if oldest is None else int(oldest)
+
+
 # --- the log ----------------------------------------------------------------------
 
 
@@ -217,6 +235,7 @@ async def update_summary_status(
         received_at_ms=summary.received_at_ms, status=entry.status,
         request_version=entry.request_version, status_timestamp_ms=entry.timestamp_ms,
         version=summary.version + 1, last_error=entry.last_error, metadata=metadata,
+        submitted_by=summary.submitted_by,
     )
     await conditional_update(
         session, sum_t,
