@@ -14,18 +14,22 @@ from fastapi import FastAPI
 
 from app.api import builds, events, requests, tokens, views
 from app.api.admin import install_admin
+from app.api.auth import AUTH_RESPONSES
 from app.api.errors import install_handlers
 from app.api.middleware import MAX_BODY_BYTES, BodyGuard, CatchAll
 from app.api.pages import install_pages
 
 
 def install(app: FastAPI, *, max_body_bytes: int = MAX_BODY_BYTES) -> None:
-    app.include_router(requests.router)
-    app.include_router(builds.router)  # build logs and the CI status callback
+    # every route may answer 401/403 (app/api/auth.py: a token that is not valid, a
+    # scope it lacks), and a land 429 (quotas)
+    auth = AUTH_RESPONSES
+    app.include_router(requests.router, responses=auth)
+    app.include_router(builds.router)  # build logs (auth answers declared there), CI callback
     install_admin(app)
     app.include_router(tokens.router)  # whoami, and the admin API's tokens
-    app.include_router(views.router)  # status pages: JSON views, live events, the pages
-    app.include_router(events.router)
+    app.include_router(views.router, responses=auth)  # status pages: JSON views, events
+    app.include_router(events.router, responses=auth)
     install_pages(app)
     install_handlers(app)
     # Added last = outermost: CatchAll sees every error the body guard or routes raise.

@@ -18,9 +18,14 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from app.api.deps import RuntimeDep
+from app.api.schemas import ErrorOut
 from app.domain.access import Principal, Scope
 from app.domain.errors import Forbidden, Unauthorized
 
+AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorOut, "description": "no valid token where one is needed"},
+    403: {"model": ErrorOut, "description": "the token lacks the scope (or the queue)"},
+}
 bearer = HTTPBearer(
     auto_error=False, scheme_name="ApiToken",
     description="An API token (`submitqueue token create`; sq_<id>_<secret>) or "

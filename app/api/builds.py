@@ -60,6 +60,8 @@ def _not_webhook(build_id: str) -> NotFound:
     response_class=PlainTextResponse,
     responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}},
                      "description": "the build's output so far"},
+               401: {**_ERROR, "description": "SQ_AUTH_READS=required and no valid token"},
+               403: {**_ERROR, "description": "the token lacks the scope 'read'"},
                404: {**_ERROR, "description": "no such build"}},
     summary="A build's log (the last MiB), also while it runs",
 )

@@ -3,8 +3,9 @@
 
 | Bearer token given | ``SQ_AUTH=required`` | ``SQ_AUTH=open`` |
 |---|---|---|
-| none | land/cancel/admin: 401; reads: public (401 with ``SQ_AUTH_READS=required``) | anyone may land, cancel and read, as ``anonymous``; admin: 401 (403 ``admin_disabled`` without ``SQ_ADMIN_TOKEN``) |
+| none | land/cancel/admin: 401 (admin: 403 ``admin_disabled`` without ``SQ_ADMIN_TOKEN``); reads: public (401 with ``SQ_AUTH_READS=required``) | anyone may land, cancel and read, as ``anonymous``; admin: 401 (403 ``admin_disabled`` without ``SQ_ADMIN_TOKEN``) |
 | ``SQ_ADMIN_TOKEN`` | every scope, as its label | the same |
+| anything but an API token, without ``SQ_ADMIN_TOKEN`` set, to the admin API | 403 ``admin_disabled`` | the same |
 | an API token, valid | its scopes in its queues, as its label; a scope it lacks: 403 ``missing_scope`` naming it | its scopes plus open mode's, as its label |
 | unknown, malformed, wrong, revoked or expired | 401, saying which | 401 (a credential that was sent is never ignored) |
 
@@ -92,8 +93,10 @@ class Access:
             return Principal(actor=admin_label(admin), scopes=frozenset({Scope.ADMIN}))
         parsed = parse_token(given)
         if parsed is None:
-            raise Unauthorized("this is not a SubmitQueue token (they read sq_<id>_<secret>); "
-                               "send the token `submitqueue token create` printed")
+            shape = ("API tokens read sq_<id>_<secret>, as `submitqueue token create` "
+                     "printed them")
+            raise Unauthorized(f"wrong admin token, and not an API token either ({shape})"
+                               if admin else f"this is not a SubmitQueue token ({shape})")
         token_id, secret = parsed
         async with self.db.read() as s:
             record = await repo.get(s, token_id)
@@ -135,6 +138,9 @@ class Access:
     async def authorize(self, bearer: str | None, scope: Scope,
                         queue: str | None = None) -> Principal:
         """The caller, allowed ``scope`` (in ``queue``); else 401 / 403 saying why."""
+        if scope is Scope.ADMIN and not self.policy.admin_token and \
+                parse_token((bearer or "").strip()) is None:
+            raise _admin_disabled()  # (nothing else could be an admin credential)
         who = await self.principal(bearer)
         open_mode = self.policy.mode == "open" and scope is not Scope.ADMIN
         if who is None:
@@ -142,10 +148,6 @@ class Access:
                 return anonymous(OPEN_SCOPES)
             if scope is Scope.READ and not self.policy.reads_required:
                 return anonymous(frozenset({Scope.READ}))
-            if scope is Scope.ADMIN and not self.policy.admin_token:
-                raise AdminDisabled("the admin API is disabled; set SQ_ADMIN_TOKEN to a "
-                                    "secret (optionally 'label:secret') and restart to "
-                                    "enable it, or send a token with the 'admin' scope")
             raise Unauthorized(f"{_what(scope)} needs a token with the scope {scope.value!r}; "
                                "send 'Authorization: Bearer <token>' (SQ_TOKEN for the CLI)")
         if open_mode:
@@ -216,6 +218,12 @@ class Access:
             raise NotFound(f"token {token_id!r} does not exist; see GET /api/v1/admin/tokens")
         self._verified.pop(token_id, None)
         return record, revoked
+
+
+def _admin_disabled() -> AdminDisabled:
+    return AdminDisabled("the admin API is disabled; set SQ_ADMIN_TOKEN to a secret "
+                         "(optionally 'label:secret') and restart to enable it, or send an "
+                         "API token with the 'admin' scope")
 
 
 def _what(scope: Scope) -> str:

@@ -52,7 +52,10 @@ async def test_land_is_accepted_visible_and_handed_to_start(env: Env) -> None:
     [msg] = await env.runtime.broker.find_messages(START, "demo/1")
     assert msg.partition_key == "demo"
     assert msg.payload == {"id": "demo/1", "queue": "demo", "change_uris": [URI_A, URI_B],
-                           "strategy": "merge", "received_at_ms": summary["received_at_ms"]}
+                           "strategy": "merge", "received_at_ms": summary["received_at_ms"],
+                           "submitted_by": "anonymous"}
+    assert summary["submitted_by"] == "anonymous"  # SQ_AUTH=open, no token
+    assert history["events"][0]["metadata"] == {"actor": "anonymous"}
     assert await land(env, URI_C) == "demo/2"
 
 
@@ -194,10 +197,11 @@ async def test_cancel_records_cancelling_and_publishes_cancel(env: Env) -> None:
     assert r.json() == {"sqid": sqid, "status": "cancelling"}
     [msg] = await env.runtime.broker.find_messages(CANCEL, f"{sqid}/cancel")
     assert msg.partition_key == sqid
-    assert msg.payload == {"id": sqid, "queue": "demo", "reason": "wrong branch"}
+    assert msg.payload == {"id": sqid, "queue": "demo", "reason": "wrong branch",
+                           "actor": "anonymous"}
     summary = (await env.client.get("/api/v1/queues/demo/requests/1")).json()
     assert summary["status"] == "cancelling"
-    assert summary["metadata"] == {"reason": "wrong branch"}
+    assert summary["metadata"] == {"reason": "wrong branch", "actor": "anonymous"}
     history = (await env.client.get("/api/v1/queues/demo/requests/1/history")).json()
     assert [e["status"] for e in history["events"]] == ["accepted", "cancelling"]
 

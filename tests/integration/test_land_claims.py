@@ -204,10 +204,14 @@ async def test_the_migration_backfills_claims_of_existing_requests(database_url:
         ("demo/3", "speculating", [URI_B, URI_C], 3), ("demo/4", "accepted", [URI_C], 4),
         ("demo/5", "accepting", ["phab://phab.example.com/D7/1"], 5),
     ]
+    # the table as revision 0004 had it (0009 added submitted_by)
+    old_t = sa.Table("request_summaries", sa.MetaData(),
+                     *[sa.Column(c.name, c.type) for c in sum_t.columns
+                       if c.name != "submitted_by"])
     try:
         async with db.write() as s:
             for sqid, status, uris, received in rows:
-                await s.execute(sa.insert(sum_t).values(
+                await s.execute(sa.insert(old_t).values(
                     queue="demo", request_id=sqid, change_uris_json=json.dumps(uris),
                     received_at_ms=received, status=status, request_version=0,
                     status_timestamp_ms=received, version=1))

@@ -20,13 +20,14 @@ def test_the_openapi_schema_shows_the_admin_bearer_scheme_and_every_response_sha
                         database_url=f"sqlite+aiosqlite:///{tmp_path / 'sq.db'}",
                         queues_file=tmp_path / "queues.yaml")
     spec = create_app(settings).openapi()
-    assert spec["components"]["securitySchemes"]["AdminToken"] == {
+    assert spec["components"]["securitySchemes"]["ApiToken"] == {
         "type": "http", "scheme": "bearer", "description": spec["components"][
-            "securitySchemes"]["AdminToken"]["description"]}
+            "securitySchemes"]["ApiToken"]["description"]}
     admin = {(path, method): op for path, ops in spec["paths"].items()
              if path.startswith("/api/v1/admin") for method, op in ops.items()}
-    assert len(admin) == 8
+    assert len(admin) == 11  # 8, and the tokens' create, list and revoke
     for (path, method), op in admin.items():
-        assert op["security"] == [{"AdminToken": []}], (path, method)
-        ok = op["responses"]["200"]["content"]["application/json"]["schema"]
+        assert op["security"] == [{"ApiToken": []}], (path, method)
+        status = "201" if (path, method) == ("/api/v1/admin/tokens", "post") else "200"
+        ok = op["responses"][status]["content"]["application/json"]["schema"]
         assert "$ref" in ok, (path, method, ok)  # a named model, not "object"
