@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -36,6 +37,9 @@ cli.add_typer(db_cli, name="db")
 dlq_cli = typer.Typer(help="Dead letters, over the admin API (SQ_ADMIN_TOKEN).",
                       no_args_is_help=True)
 cli.add_typer(dlq_cli, name="dlq")
+token_cli = typer.Typer(help="API tokens, over the admin API (SQ_ADMIN_TOKEN).",
+                        no_args_is_help=True)
+cli.add_typer(token_cli, name="token")
 
 
 @cli.command()
@@ -193,6 +197,86 @@ def dlq_drain(
             break
         body["cursor"] = out["next_cursor"]
     typer.echo(", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) or "nothing to drain")
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_lifetime(text: str) -> int:
+    """``90d`` / ``12h`` / ``30m`` / ``45s`` -> seconds."""
+    raw = text.strip().lower()
+    if len(raw) < 2 or raw[-1] not in _UNITS or not raw[:-1].isdigit() or int(raw[:-1]) < 1:
+        raise typer.BadParameter(f"{text!r} is not a lifetime; write e.g. 90d, 12h or 30m")
+    return int(raw[:-1]) * _UNITS[raw[-1]]
+
+
+def _ms(ms: int | None) -> str:
+    if not ms:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(ms / 1000))
+
+
+SCOPES = typer.Option(..., "--scope", help="read | land | cancel | cancel:any | admin "
+                                          "(repeat).")
+QUEUES = typer.Option(None, "--queue", help="Limit it to this queue (repeat).")
+
+
+@token_cli.command("create")
+def token_create(
+    label: str = typer.Option(..., help="Who uses it (e.g. ci-bot, alice): the actor "
+                                        "the history records."),
+    scopes: list[str] = SCOPES,
+    queues: list[str] | None = QUEUES,
+    expires_in: str | None = typer.Option(None, help="Lifetime, e.g. 90d or 12h; "
+                                                     "default: never expires."),
+    url: str | None = URL, as_json: bool = AS_JSON,
+) -> None:
+    """Create an API token and print its secret (shown this once)."""
+    body = {"label": label, "scopes": scopes, "queues": list(queues) if queues else None,
+            "expires_in_s": parse_lifetime(expires_in) if expires_in else None}
+    out = _admin("POST", "/tokens", url, json=body)
+    if as_json:
+        typer.echo(json.dumps(out, indent=2))
+        return
+    where = f"; queues {', '.join(out['queues'])}" if out["queues"] else ""
+    until = f"; expires {_ms(out['expires_at_ms'])} UTC" if out["expires_at_ms"] else ""
+    typer.echo(f"token {out['id']} for {out['label']} ({', '.join(out['scopes'])}{where}{until})")
+    typer.echo(out["token"])
+    typer.echo("shown this once: store it now (e.g. export SQ_TOKEN=...); only its hash is kept",
+               err=True)
+
+
+@token_cli.command("list")
+def token_list(
+    include_revoked: bool = typer.Option(False, "--all", help="Also revoked tokens."),
+    url: str | None = URL, as_json: bool = AS_JSON,
+) -> None:
+    """API tokens, newest first (never their secrets)."""
+    out = _admin("GET", f"/tokens?include_revoked={str(include_revoked).lower()}", url)
+    if as_json:
+        typer.echo(json.dumps(out, indent=2))
+        return
+    if not out["items"]:
+        typer.echo("no tokens; create one with `submitqueue token create`")
+        return
+    typer.echo(f"{'ID':12}  {'LABEL':16} {'SCOPES':24} {'QUEUES':12} {'LAST USED':16} "
+               f"{'EXPIRES':16} REVOKED")
+    for t in out["items"]:
+        typer.echo(f"{t['id']:12}  {t['label']:16} {','.join(t['scopes']):24} "
+                   f"{','.join(t['queues'] or ['all']):12} {_ms(t['last_used_at_ms']):16} "
+                   f"{_ms(t['expires_at_ms']):16} {_ms(t['revoked_at_ms'])}")
+
+
+@token_cli.command("revoke")
+def token_revoke(
+    token_id: str = typer.Argument(..., help="The token's id, as listed."),
+    reason: str = typer.Option("", help="Why, for the audit log."),
+    url: str | None = URL,
+) -> None:
+    """Revoke a token: every server process refuses it from its next call on."""
+    out = _admin("POST", f"/tokens/{token_id}/revoke", url, json={"reason": reason})
+    typer.echo(f"revoked {out['id']} ({out['label']})" if out["revoked"] else
+               f"{out['id']} ({out['label']}) was revoked already")
 
 
 commands.register(cli)  # land, status, list, watch

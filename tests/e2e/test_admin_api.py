@@ -287,3 +287,50 @@ async def test_cli_lists_shows_and_drains(
         finally:
             get_settings.cache_clear()
 
+
+
+async def test_cli_creates_lists_and_revokes_tokens_and_the_client_sends_sq_token(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQ_AUTH=required: `token create` prints a secret once; `land` with SQ_TOKEN lands
+    as the token's label; after `token revoke` the same land is refused (exit 1)."""
+    from typer.testing import CliRunner
+
+    from app.cli.root import cli
+    from app.settings import get_settings
+
+    async with serve(database_url, tmp_path, admin_token=TOKEN, auth="required") as server:
+        monkeypatch.setenv("SQ_ADMIN_TOKEN", TOKEN)
+        monkeypatch.delenv("SQ_TOKEN", raising=False)
+        get_settings.cache_clear()
+        try:
+            def run(*args: str, code: int = 0) -> str:
+                result = CliRunner().invoke(cli, [*args, "--url", server.base_url])
+                assert result.exit_code == code, result.output
+                return result.output
+
+            made = await asyncio.to_thread(run, "token", "create", "--label", "ci-bot",
+                                           "--scope", "land", "--expires-in", "30d")
+            summary, secret = made.splitlines()[:2]
+            assert summary.startswith("token ") and "for ci-bot (land" in summary
+            assert secret.startswith("sq_")
+            token_id = summary.split()[1]
+            listing = await asyncio.to_thread(run, "token", "list")
+            assert any(line.split()[:3] == [token_id, "ci-bot", "land"]
+                       for line in listing.splitlines())
+            assert secret not in listing
+            uri = "phab://phab.example.com/D901/1"
+            refused = await asyncio.to_thread(run, "land", "-q", "demo", uri, code=1)
+            assert "401" in refused
+            monkeypatch.setenv("SQ_TOKEN", secret)
+            sqid = (await asyncio.to_thread(run, "land", "-q", "demo", uri)).strip()
+            assert sqid.startswith("demo/")
+            r = await server.client.get(f"/api/v1/queues/demo/requests/{sqid.split('/')[1]}")
+            assert r.json()["submitted_by"] == "ci-bot"
+            out = await asyncio.to_thread(run, "token", "revoke", token_id, "--reason", "done")
+            assert out.strip() == f"revoked {token_id} (ci-bot)"
+            again = await asyncio.to_thread(run, "land", "-q", "demo",
+                                            "phab://phab.example.com/D902/1", code=1)
+            assert "revoked" in again
+        finally:
+            get_settings.cache_clear()

@@ -31,6 +31,7 @@ URI_A = f"github://github.com/acme/widgets/pull/1/{SHA}"
 URI_B = "phab://phab.example.com/D12/3"
 URI_C = f"git://git.example.com/team/repo/refs%2Fheads%2Fmain/{SHA}"
 T0 = 1_700_000_000_000
+OPEN = AccessPolicy(mode="open")
 
 
 @dataclass
@@ -38,7 +39,7 @@ class FakeRuntime:
     db: Database
     broker: Broker
     queues: dict[str, QueueConfig] = field(default_factory=dict)
-    policy: AccessPolicy = AccessPolicy(mode="open")
+    policy: AccessPolicy = field(default_factory=lambda: OPEN)
     metrics: Metrics = field(default_factory=lambda: Metrics(process_metrics=False))
     access: Access = field(init=False)
 
@@ -75,12 +76,12 @@ class Env:
 
 
 async def make_env(url: str, topics: tuple[str, ...] = (START, CANCEL, LOG), *,
-                   policy: AccessPolicy = AccessPolicy(mode="open"),
+                   policy: AccessPolicy | None = None,
                    queues: dict[str, QueueConfig] | None = None) -> Env:
     broker = Broker(backend_for_url(url), topology(*topics), clock=TickingClock(T0))
     await broker.start()
     runtime = FakeRuntime(
-        db=Database(url), broker=broker, policy=policy,
+        db=Database(url), broker=broker, policy=policy or OPEN,
         queues={
             "demo": QueueConfig(name="demo", description="the demo queue", build_budget=3),
             "squashy": QueueConfig(name="squashy", default_strategy=LandStrategy.SQUASH_REBASE),
