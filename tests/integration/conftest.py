@@ -14,15 +14,10 @@ from tests.support.commandrunner import (  # noqa: F401 - the command runner's f
     remote,
     store,
 )
-from tests.support.gateway import Env, make_env
+from tests.support.gateway import Env, opened_env
 
 
 @pytest.fixture
 async def env(database_url: str) -> AsyncIterator[Env]:
-    e = await make_env(database_url)
-    try:
+    async with opened_env(database_url) as e:
         yield e
-    finally:
-        await e.client.aclose()
-        await e.runtime.broker.close()
-        await e.runtime.db.dispose()

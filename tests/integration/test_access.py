@@ -14,7 +14,7 @@ from app.db.tables import request_summaries as sum_t
 from app.domain.queue_config import QueueConfig, QuotasConfig
 from app.gateway.access import AccessPolicy
 from tests.conftest import BACKENDS
-from tests.support.gateway import URI_A, URI_B, URI_C, Env, finish, make_env
+from tests.support.gateway import URI_A, URI_B, URI_C, Env, finish, opened_env
 
 pytestmark = pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
 ADMIN = "ops:bootstrap-secret"
@@ -23,15 +23,11 @@ URL = "/api/v1/queues/demo/requests"
 
 @pytest.fixture
 async def env(database_url: str) -> AsyncIterator[Env]:
-    e = await make_env(database_url, policy=AccessPolicy(mode="required", admin_token=ADMIN),
-                       queues={"demo": QueueConfig(name="demo", quotas=QuotasConfig(
-                           in_flight=2, per_hour=3)), "other": QueueConfig(name="other")})
-    try:
+    queues = {"demo": QueueConfig(name="demo", quotas=QuotasConfig(in_flight=2, per_hour=3)),
+              "other": QueueConfig(name="other")}
+    async with opened_env(database_url, queues=queues,
+                          policy=AccessPolicy(mode="required", admin_token=ADMIN)) as e:
         yield e
-    finally:
-        await e.client.aclose()
-        await e.runtime.broker.close()
-        await e.runtime.db.dispose()
 
 
 def bearer(token: str) -> dict[str, str]:

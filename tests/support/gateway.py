@@ -3,6 +3,8 @@ database and broker, the app, and helpers to land, finish and read errors."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,6 +103,18 @@ async def make_env(url: str, topics: tuple[str, ...] = (START, CANCEL, LOG), *,
 
     client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t")
     return Env(client, runtime, app)
+
+
+@asynccontextmanager
+async def opened_env(url: str, **kw: Any) -> AsyncIterator[Env]:
+    """``make_env(url, **kw)``, closed (client, broker, database) on the way out."""
+    e = await make_env(url, **kw)
+    try:
+        yield e
+    finally:
+        await e.client.aclose()
+        await e.runtime.broker.close()
+        await e.runtime.db.dispose()
 
 
 async def land(env: Env, *uris: str, queue: str = "demo", **body: Any) -> str:
