@@ -81,3 +81,17 @@ async def test_a_waiting_build_can_be_cancelled_and_stop_ends_it(
     await parked(runner, second)
     await runner.stop()
     assert (await runner.status(second)).status is BuildStatus.ERRORED
+
+
+async def test_an_own_build_that_left_the_live_set_waiting_is_lost_not_waiting_forever(
+    tmp_path: Path, remote: Remote, make_runner: RunnerFactory,
+) -> None:
+    """A build of this instance that is no longer live while the store still says it
+    waits for its build system (its final write failed, e.g. the database was busy) is
+    reported lost; it used to raise BuildSystemUnavailable on every poll, for ever."""
+    runner = make_runner(command=["sh", "-c", "exit 75"])
+    build_id = await runner.trigger(request(remote.change("a", {"a1.txt": "1\n"})))
+    await parked(runner, build_id)
+    runner._live.pop(build_id)  # as _end() does when its final store write raised
+    report = await runner.status(build_id)
+    assert report.status is BuildStatus.ERRORED and report.detail.startswith("lost"), report

@@ -303,7 +303,10 @@ class CommandBuildRunner:
                 f"build {build_id} of queue {self.queue}: {why}; running it again")
         run = await self.store.get(build_id)
         if run is not None and not run.status.terminal and build_id not in self._live and \
-                run.detail.startswith(INFRA_DETAIL):
+                run.detail.startswith(INFRA_DETAIL) and run.owner != self.owner and \
+                self.clock() - run.heartbeat_ms <= self.lost_after_ms:
+            # another live instance's build waits for its build system (ours, no longer
+            # live -- its final write failed -- or a silent owner's is lost: below)
             raise BuildSystemUnavailable(f"build {build_id} of queue {self.queue}: "
                                          f"{run.detail.removeprefix(INFRA_DETAIL)}")
         if run is None:
