@@ -111,8 +111,9 @@ async def whoami(rt: RuntimeDep, credentials: Credentials = None) -> WhoAmIOut:
                   frozenset() if policy.reads_required else frozenset({Scope.READ}))
         who = anonymous(scopes)
     elif access.policy.mode == "open":
+        # as authorize() treats it: anyone may act anywhere, so no queue limit applies
         who = Principal(actor=who.actor, scopes=who.scopes | OPEN_SCOPES,
-                        queues=who.queues, token_id=who.token_id)
+                        token_id=who.token_id)
     return WhoAmIOut(actor=who.actor, anonymous=who.anonymous, token_id=who.token_id,
                      scopes=sorted(s.value for s in granted(who.scopes)),
                      queues=None if who.queues is None else sorted(who.queues),

@@ -99,7 +99,7 @@ def row(rt: ViewRuntime, state: QueueState, s: RequestSummary,
         duration_ms=max(0, s.status_timestamp_ms - s.received_at_ms) if terminal else None,
         last_error=s.last_error, batch_id=batch_id,
         forecast=forecast_out(_request_forecast(rt, state, s, batch_id), state.now_ms),
-        landed_commits=landed_commits(s),
+        landed_commits=landed_commits(s), submitted_by=s.submitted_by,
     )
 
 

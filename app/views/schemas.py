@@ -86,6 +86,9 @@ class RequestRowOut(BaseModel):
     landed_commits: list[str] = Field(
         default_factory=list,
         description="Landed only: the target commit each change landed as, in order.")
+    submitted_by: str = Field(default="", description=(
+        "Who submitted it (the token's label; 'anonymous' under SQ_AUTH=open without a "
+        "token; empty before tokens existed)."))
 
 
 class OutageOut(BaseModel):

@@ -208,7 +208,9 @@ def _cancelled(history: Sequence[RequestLog], batch_id: str | None) -> Removal:
     if own:
         reason = str(own[-1].metadata.get("reason", "") or "").strip()
         said = f" (reason given: {reason})" if reason else " (no reason given)"
-        return Removal("cancelled", f"Cancelled through the cancel API{said}.", evidence)
+        actor = str(own[-1].metadata.get("actor", "") or "").strip()
+        by = f" by {actor}" if actor else ""
+        return Removal("cancelled", f"Cancelled{by} through the cancel API{said}.", evidence)
     with_batch = f" {batch_id}" if batch_id else ""
     return Removal("cancelled", f"Cancelled together with its batch{with_batch}: another "
                    "request in the batch was cancelled.", evidence)

@@ -171,7 +171,7 @@ function autoRefresh() {
 }
 
 function main() {
-  initSearch();
+  initSearch(null, { signIn: false });
   autoRefresh();
   $("login").addEventListener("submit", (event) => {
     event.preventDefault();

@@ -1,12 +1,12 @@
 // "/": the configured queues with their counts.
 import { api, fill, h, queuePath, showError } from "./lib.js";
 import { initSearch } from "./search.js";
+import { onPrincipal } from "./signin.js";
 
 const LIVE = ["accepted", "started", "validating", "validated", "batching", "batched",
   "speculating", "speculated", "landing", "cancelling"];
 
-async function main() {
-  initSearch();
+async function load() {
   const box = document.getElementById("queues");
   try {
     const { items } = await api("/api/v1/queues");
@@ -23,11 +23,18 @@ async function main() {
           h("div", {}, h("dt", {}, "build budget"), h("dd", {}, q.build_budget))));
     }));
     if (!items.length) fill(box, h("p", {}, "No queue is configured."));
+    fill(document.getElementById("error"));
   } catch (err) {
     showError(document.getElementById("error"), err);
   } finally {
     box.removeAttribute("aria-busy");
   }
+}
+
+function main() {
+  initSearch();
+  onPrincipal(load);
+  load();
 }
 
 main();

@@ -57,8 +57,23 @@ export class ApiError extends Error {
   }
 }
 
-/** fetch JSON; a non-2xx answer throws ApiError with the server's message. */
-export async function api(path, { method = "GET", body, token } = {}) {
+/**
+ * The API token a person entered on the pages (js/signin.js), kept in this tab only
+ * (sessionStorage: gone when the tab closes, never a cookie, so another site cannot
+ * make the browser send it). The admin page keeps its own.
+ */
+export const tabToken = {
+  key: "submitqueue.token",
+  get() { return sessionStorage.getItem(this.key) || null; },
+  set(value) { sessionStorage.setItem(this.key, value); },
+  clear() { sessionStorage.removeItem(this.key); },
+};
+
+/**
+ * fetch JSON; a non-2xx answer throws ApiError with the server's message. ``token``
+ * defaults to the tab's token; pass ``null`` to send none.
+ */
+export async function api(path, { method = "GET", body, token = tabToken.get() } = {}) {
   const headers = { Accept: "application/json" };
   if (body !== undefined) headers["Content-Type"] = "application/json";
   if (token) headers.Authorization = `Bearer ${token}`;
@@ -178,8 +193,45 @@ export function tick() {
 }
 
 /**
+ * A Server-Sent Events stream read with fetch, so it can carry the tab's token
+ * (EventSource cannot send headers). Calls onOpen() once connected and onEvent(name,
+ * data) per event; resolves when the server ends the stream, rejects with ApiError when
+ * it refuses it (e.g. 401 for a revoked token).
+ */
+async function readStream(url, token, { onOpen, onEvent, signal }) {
+  const response = await fetch(url, { cache: "no-store", signal,
+    headers: { Accept: "text/event-stream", Authorization: `Bearer ${token}` } });
+  if (!response.ok) {
+    throw new ApiError(response.status, "stream_refused",
+      `the live stream was refused (HTTP ${response.status})`);
+  }
+  onOpen();
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buffer += value;
+    let cut = buffer.indexOf("\n\n");
+    while (cut >= 0) {
+      let name = "message";
+      const data = [];
+      for (const line of buffer.slice(0, cut).split("\n")) {
+        if (line.startsWith("event:")) name = line.slice(6).trim();
+        else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
+      }
+      buffer = buffer.slice(cut + 2);
+      if (data.length) onEvent(name, data.join("\n"));
+      cut = buffer.indexOf("\n\n");
+    }
+  }
+}
+
+/**
  * Live updates of a queue: calls onChange(summary) for each event and onOpen() each
- * time the stream (re)connects, so the page can re-read what it shows.
+ * time the stream (re)connects, so the page can re-read what it shows. With a token in
+ * the tab the stream is read with fetch (it needs the header when SQ_AUTH_READS is
+ * required); without one, with EventSource. Returns {restart()}.
  */
 export function liveUpdates(queue, { onOpen, onChange, statusEl }) {
   const url = `/api/v1/events?queue=${encodeURIComponent(queue)}`;
@@ -188,25 +240,57 @@ export function liveUpdates(queue, { onOpen, onChange, statusEl }) {
     statusEl.textContent = text;
     statusEl.dataset.state = state;
   };
+  const received = (data) => {
+    try {
+      onChange(JSON.parse(data));
+    } catch (err) {
+      console.error("bad event", err);
+    }
+  };
   let source = null;
+  let aborter = null;
+  let generation = 0;  // a restart makes the retries already scheduled moot
+  const retryLater = (text = "offline, retrying…") => {
+    show(text, "reconnecting");
+    const mine = generation;
+    setTimeout(() => { if (mine === generation) connect(); }, 5000);
+  };
+  const connectWithToken = async (token) => {
+    const mine = new AbortController();
+    aborter = mine;
+    let reset = false;
+    try {
+      await readStream(url, token, { signal: mine.signal,
+        onOpen: () => { show("live", "live"); onOpen(); },
+        onEvent: (name, data) => {
+          if (name === "request") received(data);
+          else if (name === "reset") reset = true;  // the stream fell behind; it ends
+        } });
+    } catch (err) {
+      if (mine.signal.aborted) return;
+      if (err instanceof ApiError && err.status === 401) {
+        retryLater("offline: the token was refused, sign in again");
+        return;
+      }
+    }
+    if (!mine.signal.aborted) retryLater(reset ? "fell behind, reconnecting…" : undefined);
+  };
   const connect = () => {
-    source = new EventSource(url);
     show("connecting…", "connecting");
+    const token = tabToken.get();
+    if (token) {
+      connectWithToken(token);
+      return;
+    }
+    source = new EventSource(url);
     source.addEventListener("open", () => {
       show("live", "live");
       onOpen();
     });
-    source.addEventListener("request", (event) => {
-      try {
-        onChange(JSON.parse(event.data));
-      } catch (err) {
-        console.error("bad event", err);
-      }
-    });
+    source.addEventListener("request", (event) => received(event.data));
     const again = () => {
       source.close();
-      show("offline, retrying…", "reconnecting");
-      setTimeout(connect, 5000);
+      retryLater();
     };
     source.addEventListener("reset", again);  // the stream fell behind
     source.addEventListener("error", () => {
@@ -215,8 +299,16 @@ export function liveUpdates(queue, { onOpen, onChange, statusEl }) {
       else show("reconnecting…", "reconnecting");
     });
   };
+  const close = () => {
+    if (source) source.close();
+    if (aborter) aborter.abort();
+    source = null;
+    aborter = null;
+  };
   connect();
-  window.addEventListener("pagehide", () => source && source.close());
+  window.addEventListener("pagehide", close);
+  // after a sign-in or sign-out: the same stream, with the tab's new token
+  return { restart() { generation += 1; close(); connect(); } };
 }
 
 /** Run fn at most once at a time; calls during a run schedule one more run. */
@@ -273,5 +365,7 @@ export function keepPlace(root, render) {
 
 /** Show an error message in a region (role=alert). */
 export function showError(el, err) {
-  fill(el, h("p", { class: "error", role: "alert" }, err.message || String(err)));
+  const refused = err instanceof ApiError && err.status === 401;
+  fill(el, h("p", { class: "error", role: "alert" }, err.message || String(err),
+    refused ? " (use Sign in at the top of the page)" : null));
 }

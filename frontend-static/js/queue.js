@@ -8,6 +8,7 @@ import {
   changesList, dependencyList, forecastLine, outageBanner, pathsTable,
 } from "./render.js";
 import { initSearch } from "./search.js";
+import { onPrincipal } from "./signin.js";
 
 const STAGE_TITLES = {
   incoming: "Incoming (validating)",
@@ -30,7 +31,8 @@ function requestCard(r) {
       h("span", { class: "muted" }, " for ",
         h("span", { dataset: { since: String(r.status_at_ms) } },
           duration(clock.now() - r.status_at_ms))),
-      r.batch_id ? h("span", { class: "muted" }, ` · ${r.batch_id}`) : null),
+      r.batch_id ? h("span", { class: "muted" }, ` · ${r.batch_id}`) : null,
+      r.submitted_by ? h("span", { class: "muted by" }, ` · by ${r.submitted_by}`) : null),
     changesList(r.change_uris),
     forecastLine(r.forecast));
 }
@@ -128,7 +130,8 @@ function main() {
   initSearch(queue);
   const later = coalesce(refresh, 120);
   refresh();
-  liveUpdates(queue, { onOpen: later, onChange: later, statusEl: els.live });
+  const live = liveUpdates(queue, { onOpen: later, onChange: later, statusEl: els.live });
+  onPrincipal(() => { live.restart(); later(); });
   setInterval(tick, 1000);
   // keeps a live batch's countdowns and paths honest between events
   setInterval(later, 15000);

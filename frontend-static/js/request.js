@@ -6,6 +6,7 @@ import {
 } from "./lib.js";
 import { dependencyList, outageBanner, pathsTable } from "./render.js";
 import { initSearch } from "./search.js";
+import { onPrincipal, openSignIn, principal, whyNoCancel } from "./signin.js";
 
 const parts = window.location.pathname.split("/");
 const queue = decodeURIComponent(parts[2] || "");
@@ -115,8 +116,11 @@ async function refresh() {
       renderNext(view);
       renderBatch(view);
       renderTrail(view);
-      $("cancel-section").hidden = !view.cancellable;
+      fill($("submitted"), r.submitted_by ? ["Submitted by ", h("strong", {}, r.submitted_by),
+        " at ", timeElement(r.received_at_ms)] : ["Submitted at ",
+        timeElement(r.received_at_ms)]);
     });
+    await renderCancel(view);
     document.body.dataset.status = r.status;
     fill($("error"));
     document.body.dataset.loaded = String(Date.now());
@@ -125,7 +129,24 @@ async function refresh() {
   }
 }
 
+/** The cancel section: shown while it can be cancelled; the button only to a caller
+ * the server would let cancel it (the server checks again). */
+async function renderCancel(view) {
+  $("cancel-section").hidden = !view.cancellable;
+  if (!view.cancellable) return;
+  let why;
+  try {
+    why = whyNoCancel(await principal(), view.request);
+  } catch (err) {
+    why = `Could not ask the server who you are: ${err.message}`;
+  }
+  $("cancel").hidden = why !== null;
+  $("cancel-signin").hidden = why === null;
+  fill($("cancel-why"), why || "");
+}
+
 function setUpCancel(reload) {
+  $("cancel-signin").addEventListener("click", openSignIn);
   const dialog = $("cancel-dialog");
   $("cancel").addEventListener("click", () => {
     fill($("cancel-h"), `Cancel ${sqid}?`);
@@ -155,11 +176,16 @@ function main() {
   const later = coalesce(refresh, 120);
   setUpCancel(later);
   refresh();
-  liveUpdates(queue, {
+  const live = liveUpdates(queue, {
     onOpen: later,
     // its own changes, and those of the batches it waits on, matter: re-read on any
     onChange: later,
     statusEl: $("live"),
+  });
+  onPrincipal(() => {
+    fill($("cancel-result"));
+    live.restart();
+    later();
   });
   setInterval(tick, 1000);
   setInterval(later, 15000);  // batches it waits on can change without an event of its own

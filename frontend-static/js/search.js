@@ -2,8 +2,9 @@
 // empty <header class="site">, and the search box: a sqid (demo/12; a bare number on a
 // queue page) or an exact change URI. One hit opens its page; several are listed.
 import { api, fill, h, showError, statusBadge } from "./lib.js";
+import { initSignIn } from "./signin.js";
 
-function renderHeader() {
+function renderHeader(signIn) {
   const header = document.querySelector("header.site");
   fill(header,
     h("a", { class: "brand", href: "/" }, "SubmitQueue"),
@@ -18,11 +19,15 @@ function renderHeader() {
       }),
       h("button", { type: "submit" }, "Search"),
       h("span", { id: "search-hint", class: "visually-hidden" },
-        "A sqid such as demo/12, or an exact change URI")));
+        "A sqid such as demo/12, or an exact change URI")),
+    signIn ? h("div", { id: "signin", class: "signin" }) : null);
 }
 
-export function initSearch(currentQueue = null) {
-  renderHeader();
+/** The header on every page; ``signIn: false`` leaves out the token control (/admin
+ * has its own). */
+export function initSearch(currentQueue = null, { signIn = true } = {}) {
+  renderHeader(signIn);
+  if (signIn) initSignIn();
   const form = document.getElementById("search");
   const input = document.getElementById("search-q");
   const results = document.getElementById("search-results");

@@ -3,6 +3,8 @@ both databases, through the gateway's HTTP API."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -133,6 +135,18 @@ async def test_the_database_holds_no_plaintext_secret(env: Env, database_url: st
         with open(path, "rb") as f:
             raw = f.read()
         assert secret.encode() not in raw
+        return
+    # PostgreSQL: the whole database as pg_dump writes it (what a backup would hold)
+    pg_dump = shutil.which("pg_dump")
+    if pg_dump is None:
+        pytest.skip("pg_dump is not installed (apt-get install postgresql-client)")
+    url = sa.engine.make_url(database_url)
+    dump = subprocess.run(
+        [pg_dump, "-h", url.host or "127.0.0.1", "-p", str(url.port or 5432),
+         "-U", url.username or "postgres", "--no-owner", url.database or ""],
+        capture_output=True, check=True, timeout=60).stdout
+    assert b"api_tokens" in dump and b"scrypt$" in dump  # the dump holds the table
+    assert secret.encode() not in dump
 
 
 async def test_a_token_limited_to_a_queue_acts_only_there(env: Env) -> None:
@@ -168,3 +182,17 @@ async def test_quotas_answer_429_with_retry_after_and_store_nothing(env: Env) ->
     assert 3500 <= int(r.headers["retry-after"]) <= 3600
     assert 'submitqueue_quota_refusals_total{limit="per_hour",queue="demo"} 1.0' in \
         env.runtime.metrics.render(None)[0].decode()
+
+
+async def test_whoami_in_open_mode_answers_what_authorize_allows(database_url: str) -> None:
+    """Under SQ_AUTH=open anyone may land and cancel anywhere, a token limited to a queue
+    included: whoami must not report a queue limit authorize() does not apply."""
+    async with opened_env(database_url, policy=AccessPolicy(mode="open", admin_token=ADMIN)) \
+            as env:
+        bot = await token(env, "lane-bot", "land", queues=["demo"])
+        who = (await env.client.get("/api/v1/auth/whoami",
+                                    headers=bearer(bot["token"]))).json()
+        assert who["actor"] == "lane-bot" and who["queues"] is None
+        assert {"land", "cancel:any", "read"} <= set(who["scopes"])
+        anon = (await env.client.get("/api/v1/auth/whoami")).json()
+        assert anon["anonymous"] and anon["auth"] == "open" and "cancel:any" in anon["scopes"]
