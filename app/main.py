@@ -304,7 +304,8 @@ def create_app(
     app.add_middleware(SecurityHeaders)
     if settings.cors_origin_list:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origin_list,
-                           allow_methods=["GET", "POST"], allow_headers=["Content-Type"])
+                           allow_methods=["GET", "POST"],
+                           allow_headers=["Content-Type", "Authorization"])
     app.add_middleware(HttpMetrics, observe=metrics.observe_http)
     return app
 

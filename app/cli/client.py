@@ -83,6 +83,7 @@ class RequestSummary:
     status: str
     last_error: str
     metadata: dict[str, Any] = field(default_factory=dict)
+    submitted_by: str = ""
 
     @property
     def terminal(self) -> bool:
@@ -95,7 +96,8 @@ class RequestSummary:
                        change_uris=tuple(str(u) for u in body["change_uris"]),
                        received_at_ms=int(body["received_at_ms"]), status=str(body["status"]),
                        last_error=str(body.get("last_error") or ""),
-                       metadata=dict(body.get("metadata") or {}))
+                       metadata=dict(body.get("metadata") or {}),
+                       submitted_by=str(body.get("submitted_by") or ""))
         except (KeyError, TypeError, ValueError) as exc:
             raise BadResponse(f"unexpected request summary from the server: {exc!r}") from None
 

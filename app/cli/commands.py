@@ -141,7 +141,8 @@ def _print_status(summary: RequestSummary, history: list[HistoryEntry],
     typer.echo(f"{summary.sqid}  {summary.status}")
     for line in waiting:
         typer.echo(f"  {line}")
-    typer.echo(f"  received  {_when(summary.received_at_ms)}")
+    by = f" by {summary.submitted_by}" if summary.submitted_by else ""
+    typer.echo(f"  received  {_when(summary.received_at_ms)}{by}")
     for uri in summary.change_uris:
         typer.echo(f"  change    {uri}")
     if summary.last_error:

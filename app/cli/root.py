@@ -125,7 +125,8 @@ def _admin(method: str, path: str, url: str | None, **kw: Any) -> Any:
     return r.json()
 
 
-URL = typer.Option(None, "--url", help="Server base URL (default: http://SQ_HOST:SQ_PORT).")
+URL = typer.Option(None, "--url", envvar="SQ_URL",
+                   help="Server base URL (env SQ_URL; default: http://SQ_HOST:SQ_PORT).")
 AS_JSON = typer.Option(False, "--json", help="Print the raw JSON response.")
 IDS = typer.Option(None, "--id", help="Message ids (repeat); default: all.")
 

@@ -315,6 +315,10 @@ async def test_cli_creates_lists_and_revokes_tokens_and_the_client_sends_sq_toke
             assert summary.startswith("token ") and "for ci-bot (land" in summary
             assert secret.startswith("sq_")
             token_id = summary.split()[1]
+            # the admin commands read SQ_URL as the client commands do
+            monkeypatch.setenv("SQ_URL", server.base_url)
+            alone = await asyncio.to_thread(CliRunner().invoke, cli, ["token", "list"])
+            assert alone.exit_code == 0 and token_id in alone.output, alone.output
             listing = await asyncio.to_thread(run, "token", "list")
             assert any(line.split()[:3] == [token_id, "ci-bot", "land"]
                        for line in listing.splitlines())
@@ -327,6 +331,8 @@ async def test_cli_creates_lists_and_revokes_tokens_and_the_client_sends_sq_toke
             assert sqid.startswith("demo/")
             r = await server.client.get(f"/api/v1/queues/demo/requests/{sqid.split('/')[1]}")
             assert r.json()["submitted_by"] == "ci-bot"
+            shown = await asyncio.to_thread(run, "status", sqid)
+            assert "by ci-bot" in shown.splitlines()[1], shown  # "  received  <when> by ci-bot"
             out = await asyncio.to_thread(run, "token", "revoke", token_id, "--reason", "done")
             assert out.strip() == f"revoked {token_id} (ci-bot)"
             again = await asyncio.to_thread(run, "land", "-q", "demo",
