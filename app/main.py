@@ -85,6 +85,7 @@ class Runtime:
                          metrics=self.metrics)
         self.metrics.attach(state_source(self.db, self.broker),
                             {name: q.build_budget for name, q in self.queues.items()})
+        self.metrics.attach_work(self.db.stats, self.broker)
         orchestrator = settings.role in ("all", "worker")
         gateway = settings.role in ("all", "gateway")
         self.outages = OutageGuard(

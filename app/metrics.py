@@ -35,11 +35,11 @@ from prometheus_client import (
     disable_created_metrics,
 )
 from prometheus_client.exposition import choose_encoder
-from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from app.controllers.common import Timed, finished_request
-from app.db.engine import Database
+from app.db.engine import Database, DbStats
 from app.db.repos import circuits as circuit_repo
 from app.db.repos import gauges
 from app.db.repos import request_log as request_log_repo
@@ -60,8 +60,10 @@ HANDLER_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2
                    60, 120)
 LAND_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200,
                 14400, 43200, 86400)
-SPECULATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
-                       30)
+SPECULATION_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.075, 0.1,
+                       0.15, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+PLANNER_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                   0.25, 0.5, 1, 2.5, 5)
 MERGE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 HTTP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
@@ -159,6 +161,43 @@ class _StateCollector(Collector):
                     requests, builds, budget, circuit_open, open_for, age)
 
 
+class _WorkCollector(Collector):
+    """What this process asked of its databases, since it started (counters read from
+    ``Database.stats`` and the broker): the cost of the pipeline's work, per landed
+    request when divided by ``submitqueue_merges_total``."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterable[Metric]:
+        work = self.metrics.work
+        if work is None:
+            return
+        stats, broker = work
+        statements = CounterMetricFamily(f"{NS}_db_statements", "SQL statements sent through "
+                                         "SQLAlchemy, by kind (their first word)",
+                                         labels=["kind"])
+        for kind, n in sorted(stats.statements.items()):
+            statements.add_metric([kind], n)
+        transactions = CounterMetricFamily(f"{NS}_db_transactions", "SQLAlchemy transactions "
+                                           "ended, by outcome (commit, rollback)",
+                                           labels=["outcome"])
+        for outcome, n in sorted(stats.transactions.items()):
+            transactions.add_metric([outcome], n)
+        connections = CounterMetricFamily(f"{NS}_db_connections_opened", "Database "
+                                          "connections SQLAlchemy's pool opened")
+        connections.add_metric([], stats.connections)
+        published = CounterMetricFamily(f"{NS}_queue_published", "New messages stored by "
+                                        "this process, per topic (duplicates not counted)",
+                                        labels=["topic"])
+        for topic, n in sorted(broker.published.items()):
+            published.add_metric([topic], n)
+        operations = CounterMetricFamily(f"{NS}_queue_operations", "Operations (each one "
+                                         "transaction) run by the queue's own backend")
+        operations.add_metric([], broker.backend.ops_run)
+        yield from (statements, transactions, connections, published, operations)
+
+
 class Metrics:
     """The registry and every family; also the observer the consumers and controllers call."""
 
@@ -170,6 +209,7 @@ class Metrics:
         self.budgets: dict[str, int] = {}
         self.snapshot = StateSnapshot()
         self._source: StateSource | None = None
+        self.work: tuple[DbStats, Broker] | None = None
         self._lock = asyncio.Lock()
 
         Gauge(f"{NS}_info", "Build and role of this process", ["version", "role"],
@@ -189,6 +229,10 @@ class Metrics:
                                              "One speculation run over a queue",
                                              ["queue", "outcome"],
                                              buckets=SPECULATION_BUCKETS, registry=r)
+        self.planner_seconds = Histogram(f"{NS}_planner_duration_seconds", "The pure "
+                                         "planner's part of one speculation run",
+                                         ["queue", "outcome"], buckets=PLANNER_BUCKETS,
+                                         registry=r)
         self.merge_seconds = Histogram(f"{NS}_merge_duration_seconds", "One merger call "
                                        "(apply and push a batch)", ["queue", "outcome"],
                                        buckets=MERGE_BUCKETS, registry=r)
@@ -226,11 +270,16 @@ class Metrics:
                                  "When each periodic job last ran without error (unix s)",
                                  ["job"], registry=r)
         r.register(_StateCollector(self))
+        r.register(_WorkCollector(self))
 
     # -- wiring -------------------------------------------------------------------
     def attach(self, source: StateSource, budgets: Mapping[str, int]) -> None:
         self._source = source
         self.budgets = dict(budgets)
+
+    def attach_work(self, stats: DbStats, broker: Broker) -> None:
+        """Report what this process asks of its databases (``_WorkCollector``)."""
+        self.work = (stats, broker)
 
     # -- consumer framework hook --------------------------------------------------
     def on_handled(self, topic: str, group: str, outcome: str, seconds: float) -> None:
@@ -240,7 +289,8 @@ class Metrics:
     # -- PipelineMetrics (controllers) -------------------------------------------
     def timed(self, what: Timed, queue: str, seconds: float, ok: bool) -> None:
         outcome = "ok" if ok else "error"
-        hist = self.speculation_seconds if what == "speculation" else self.merge_seconds
+        hist = {"speculation": self.speculation_seconds, "planner": self.planner_seconds,
+                "merge": self.merge_seconds}[what]
         hist.labels(queue, outcome).observe(seconds)
 
     def merge_finished(self, queue: str, outcome: str) -> None:

@@ -1,15 +1,28 @@
-"""Pipeline benchmark: the real server (``submitqueue serve``) on SQLite and PostgreSQL.
+"""Pipeline depth benchmark: the real server (``python -m app.cli serve``, one process)
+on SQLite and PostgreSQL, fed land requests on the demo queue (fake builds, budget 4).
 
-Measures, per database:
-- accept latency of ``POST /api/v1/queues/demo/requests`` (p50/p99) while N requests
-  are submitted concurrently;
-- sustained landed/s for N requests over F folders (first POST to last landing);
-- land -> landed latency (p50/p99) of those requests, from their own histories;
-- land -> landed of a single isolated request (p50 over a few sequential ones).
+Two workloads:
+
+- ``--in-flight N``: N requests are kept in flight (each one that settles is replaced
+  at once) until ``--requests`` were submitted (default 2N); the measurement window is
+  that steady phase, from the first submission to the last, so the drain at the end is
+  not in it;
+- ``--burst N``: N requests submitted at once; the window runs until all settled.
+
+Each row reports, over its window: landed/s, land->landed p50/p99 (from the requests'
+own histories), the server's CPU per landed request (``/proc/<pid>/stat``), speculate
+run and planner p50/p99 (``/metrics`` histograms, interpolated inside their buckets),
+and per landed request the queue messages, SQL statements, transactions and new
+database connections (``/metrics`` counters; "n/a" for a server without them), plus
+the load average. Settled requests are followed on the queue's event stream.
+
+``--compare REV`` runs the same workloads against another commit (a git worktree of
+it, served by the same Python) in the same run, and prints this/REV ratios.
 
 Only 127.0.0.1 traffic; bounded in count and time. Usage::
 
-    .venv/bin/python bench/pipeline_bench.py [--requests 200] [--folders 20]
+    .venv/bin/python bench/pipeline_bench.py --in-flight 200 --folders 1
+    .venv/bin/python bench/pipeline_bench.py --burst 200 --folders 20 --compare HEAD~5
         [--only sqlite,postgres] [--pg-url postgresql://postgres@127.0.0.1:5432/test]
 """
 
@@ -18,143 +31,62 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import hashlib
 import os
-import shutil
-import signal
-import socket
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import asyncpg
-import httpx
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench._pipeline_run import Workload, run_workload
 
 ROOT = Path(__file__).resolve().parents[1]
-TERMINAL = {"landed", "error", "cancelled"}
+RATIOS = [("landed_per_s", "landed/s", True), ("l2l_p50_s", "land->landed p50", False),
+          ("cpu_ms", "CPU ms/request", False), ("spec_p50_ms", "speculate p50", False),
+          ("planner_p50_ms", "planner p50", False), ("msgs", "messages/request", False),
+          ("stmts", "statements/request", False)]
 
 
-def pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+def fmt(v: float | None, spec: str = ".1f", unit: str = "") -> str:
+    return "n/a" if v is None else f"{v:{spec}}{unit}"
 
 
-def uri(tag: str, folder: int) -> str:
-    sha = hashlib.sha1(tag.encode()).hexdigest()
-    return (f"git://demo.example.com/demo/refs%2Fheads%2F{tag}/{sha}"
-            f"?sq-files=f{folder}/{tag}.py")
+def row(r: dict[str, Any]) -> str:
+    return (f"| {r['rev']} | {r['db']} | {r['mode']} {r['n']} / {r['folders']} | "
+            f"{r['landed']}/{r['submitted']} | {fmt(r['landed_per_s'])} | "
+            f"{fmt(r['l2l_p50_s'])} / {fmt(r['l2l_p99_s'])} s | {fmt(r['cpu_ms'], '.0f')} | "
+            f"{fmt(r['spec_p50_ms'])} / {fmt(r['spec_p99_ms'])} ms | "
+            f"{fmt(r['planner_p50_ms'], '.2f')} / {fmt(r['planner_p99_ms'], '.2f')} ms | "
+            f"{fmt(r['msgs'])} | {fmt(r['stmts'], '.0f')} | {fmt(r['txns'], '.0f')} | "
+            f"{fmt(r['conns'], '.2f')} | {r['load']} |")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+HEADER = ("| rev | database | workload / folders | landed | landed/s | land->landed p50 / p99 "
+          "| CPU ms/req | speculate run p50 / p99 | planner p50 / p99 | messages/req "
+          "| statements/req | transactions/req | connections/req | load avg (start->end) |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
-@contextlib.asynccontextmanager
-async def server(database_url: str, workdir: Path) -> AsyncIterator[str]:
-    port = free_port()
-    shutil.copyfile(ROOT / "queues.yaml", workdir / "queues.yaml")
-    env = {**os.environ, "SQ_DATABASE_URL": database_url, "SQ_PORT": str(port),
-           "SQ_QUEUES_FILE": str(workdir / "queues.yaml"), "SQ_LOG_LEVEL": "WARNING"}
-    log = (workdir / "server.log").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve"], cwd=ROOT, env=env,
-                            stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
+@contextlib.contextmanager
+def worktree(rev: str) -> Any:
+    folder = Path(tempfile.mkdtemp(prefix="sq-bench-rev-"))
+    subprocess.run(["git", "worktree", "add", "--detach", "-q", str(folder), rev], cwd=ROOT,
+                   check=True)
     try:
-        async with httpx.AsyncClient() as c:
-            for _ in range(300):
-                with contextlib.suppress(httpx.TransportError):
-                    if (await c.get(f"{base}/readyz")).status_code == 200:
-                        break
-                await asyncio.sleep(0.1)
-            else:
-                raise RuntimeError("server did not become ready")
-        yield base
+        yield folder
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
-
-
-async def land(c: httpx.AsyncClient, change: str) -> tuple[str, float]:
-    t0 = time.perf_counter()
-    r = await c.post("/api/v1/queues/demo/requests", json={"change_uris": [change]})
-    r.raise_for_status()
-    return r.json()["sqid"], (time.perf_counter() - t0) * 1000
-
-
-async def land_to_landed_ms(c: httpx.AsyncClient, sqid: str) -> float | None:
-    n = sqid.rsplit("/", 1)[1]
-    events = (await c.get(f"/api/v1/queues/demo/requests/{n}/history")).json()["events"]
-    at = {e["status"]: e["timestamp_ms"] for e in events if e["type"] == "status"}
-    if "landed" not in at or "accepted" not in at:
-        return None
-    return float(at["landed"] - at["accepted"])
-
-
-async def wait_all(c: httpx.AsyncClient, sqids: list[str], timeout: float) -> dict[str, str]:
-    deadline = time.monotonic() + timeout
-    wanted = set(sqids)
-    while True:
-        statuses: dict[str, str] = {}
-        cursor = None
-        while True:
-            params: dict[str, Any] = {"limit": 200, **({"cursor": cursor} if cursor else {})}
-            body = (await c.get("/api/v1/queues/demo/requests", params=params)).json()
-            statuses.update({i["sqid"]: i["status"] for i in body["items"]})
-            cursor = body.get("next_cursor")
-            if not cursor:
-                break
-        mine = {s: statuses.get(s, "?") for s in wanted}
-        if all(v in TERMINAL for v in mine.values()) or time.monotonic() > deadline:
-            return mine
-        await asyncio.sleep(0.2)
-
-
-async def run_one(label: str, database_url: str, n: int, folders: int) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as tmp:
-        async with server(database_url, Path(tmp)) as base, \
-                httpx.AsyncClient(base_url=base, timeout=60) as c:
-            isolated = []
-            for i in range(5):
-                sqid, _ = await land(c, uri(f"iso-{uuid.uuid4().hex[:8]}-{i}", 999))
-                await wait_all(c, [sqid], 30)
-                ms = await land_to_landed_ms(c, sqid)
-                if ms is not None:
-                    isolated.append(ms)
-            tag = uuid.uuid4().hex[:8]
-            t0 = time.perf_counter()
-            results = await asyncio.gather(*(land(c, uri(f"{tag}-{i}", i % folders))
-                                             for i in range(n)))
-            sqids = [s for s, _ in results]
-            accept = [ms for _, ms in results]
-            final = await wait_all(c, sqids, timeout=600)
-            elapsed = time.perf_counter() - t0
-            landed = [s for s, v in final.items() if v == "landed"]
-            latencies = [ms for ms in await asyncio.gather(
-                *(land_to_landed_ms(c, s) for s in landed)) if ms is not None]
-    return {
-        "db": label, "requests": n, "folders": folders, "landed": len(landed),
-        "accept_p50_ms": pct(accept, 0.5), "accept_p99_ms": pct(accept, 0.99),
-        "landed_per_s": len(landed) / elapsed,
-        "l2l_p50_ms": pct(latencies, 0.5), "l2l_p99_ms": pct(latencies, 0.99),
-        "isolated_l2l_p50_ms": statistics.median(isolated) if isolated else float("nan"),
-    }
+        subprocess.run(["git", "worktree", "remove", "--force", str(folder)], cwd=ROOT,
+                       check=False)
 
 
 async def fresh_pg(admin_dsn: str) -> tuple[str, str]:
+    import uuid
+
+    import asyncpg
+
     name = f"bench_pipeline_{uuid.uuid4().hex[:8]}"
     conn = await asyncpg.connect(admin_dsn)
     try:
@@ -166,6 +98,8 @@ async def fresh_pg(admin_dsn: str) -> tuple[str, str]:
 
 
 async def drop_pg(admin_dsn: str, name: str) -> None:
+    import asyncpg
+
     conn = await asyncpg.connect(admin_dsn)
     try:
         await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -173,35 +107,86 @@ async def drop_pg(admin_dsn: str, name: str) -> None:
         await conn.close()
 
 
+@contextlib.asynccontextmanager
+async def database(which: str, pg_url: str) -> AsyncIterator[str]:
+    if which == "sqlite":
+        with tempfile.TemporaryDirectory() as tmp:
+            yield f"sqlite+aiosqlite:///{tmp}/bench.db"
+        return
+    name, url = await fresh_pg(pg_url)
+    try:
+        yield url
+    finally:
+        await drop_pg(pg_url, name)
+
+
+def ratio_lines(rows: list[dict[str, Any]], base_rev: str) -> list[str]:
+    out = []
+    here = [r for r in rows if r["rev"] != base_rev]
+    for r in here:
+        other = next((o for o in rows if o["rev"] == base_rev and o["db"] == r["db"]
+                      and o["mode"] == r["mode"]), None)
+        if other is None:
+            continue
+        parts = []
+        for key, label, higher_better in RATIOS:
+            a, b = r[key], other[key]
+            if a is None or b is None or not a or not b:
+                parts.append(f"{label} n/a")
+                continue
+            gain = a / b if higher_better else b / a
+            parts.append(f"{label} {gain:.2f}x")
+        out.append(f"- {r['db']}, {r['mode']} {r['n']} over {r['folders']} folder(s): "
+                   + ", ".join(parts) + f" (better when > 1; {r['rev']} vs {base_rev})")
+    return out
+
+
 async def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--requests", type=int, default=200)
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawTextHelpFormatter)
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--in-flight", type=int, help="requests kept in flight")
+    mode.add_argument("--burst", type=int, help="requests submitted at once")
+    ap.add_argument("--requests", type=int, help="in-flight mode: total submitted "
+                                                 "(default 2 x --in-flight)")
     ap.add_argument("--folders", type=int, default=20)
     ap.add_argument("--only", default="sqlite,postgres")
     ap.add_argument("--pg-url", default="postgresql://postgres@127.0.0.1:5432/test")
+    ap.add_argument("--compare", metavar="REV", help="also run against this commit")
+    ap.add_argument("--timeout", type=float, default=900, help="per run, seconds")
     args = ap.parse_args()
-    rows = []
-    for which in args.only.split(","):
-        if which == "sqlite":
-            with tempfile.TemporaryDirectory() as tmp:
-                url = f"sqlite+aiosqlite:///{tmp}/bench.db"
-                rows.append(await run_one("SQLite", url, args.requests, args.folders))
-        elif which == "postgres":
-            name, url = await fresh_pg(args.pg_url)
-            try:
-                rows.append(await run_one("PostgreSQL", url, args.requests, args.folders))
-            finally:
-                await drop_pg(args.pg_url, name)
-    print(f"\nPipeline benchmark: {args.requests} land requests over {args.folders} folders "
-          "on the demo queue (fake builds, budget 4), one server process\n")
-    print("| database | landed | accept p50 / p99 | landed/s | land->landed p50 / p99 "
-          "| isolated land->landed p50 |")
-    print("|---|---|---|---|---|---|")
+    if args.in_flight is not None:
+        work = Workload("in-flight", args.in_flight, args.requests or 2 * args.in_flight,
+                        args.folders, args.timeout)
+    else:
+        n = args.burst or 200
+        work = Workload("burst", n, n, args.folders, args.timeout)
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
+                          capture_output=True).stdout.strip() or "HEAD"
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                           cwd=ROOT, text=True, capture_output=True).stdout.strip()
+    label = head + ("+changes" if dirty else "")
+    rows: list[dict[str, Any]] = []
+    with contextlib.ExitStack() as stack:
+        trees: list[tuple[str, Path]] = []
+        if args.compare:
+            trees.append((args.compare, stack.enter_context(worktree(args.compare))))
+        trees.append((label, ROOT))
+        for which in args.only.split(","):
+            for rev, root in trees:
+                async with database(which, args.pg_url) as url:
+                    result = await run_workload(root, url, work, os.environ)
+                result.update(rev=rev, db="SQLite" if which == "sqlite" else "PostgreSQL")
+                rows.append(result)
+                print(row(result), flush=True)
+    print(f"\nPipeline benchmark ({work.mode}, one server process, fake builds, budget 4; "
+          f"{os.cpu_count()} cores)\n")
+    print(HEADER)
     for r in rows:
-        print(f"| {r['db']} | {r['landed']}/{r['requests']} | {r['accept_p50_ms']:.0f} / "
-              f"{r['accept_p99_ms']:.0f} ms | {r['landed_per_s']:.1f} | "
-              f"{r['l2l_p50_ms'] / 1000:.1f} / {r['l2l_p99_ms'] / 1000:.1f} s | "
-              f"{r['isolated_l2l_p50_ms']:.0f} ms |")
+        print(row(r))
+    if args.compare:
+        print()
+        print("\n".join(ratio_lines(rows, args.compare)))
 
 
 if __name__ == "__main__":

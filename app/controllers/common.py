@@ -22,14 +22,15 @@ from app.extensions.base import QueueExtensions
 from app.queue import Broker, Outgoing, PublishResult
 
 T = TypeVar("T")
-Timed = Literal["speculation", "merge"]
+Timed = Literal["speculation", "planner", "merge"]
 
 
 class PipelineMetrics(Protocol):
     """What controllers report. Implementations must be cheap and must not raise."""
 
     def timed(self, what: Timed, queue: str, seconds: float, ok: bool) -> None:
-        """A speculation run or a merger call took ``seconds`` (``ok``: it returned)."""
+        """A speculation run, its planner or a merger call took ``seconds`` (``ok``: it
+        returned)."""
 
     def merge_finished(self, queue: str, outcome: str) -> None:
         """A batch's merge outcome (``succeeded``/``failed``) was written, once per batch."""

@@ -55,6 +55,7 @@ those batches only and the message's own batch is left alone.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
@@ -213,12 +214,19 @@ class SpeculateController:
             min_remaining=spec.coverage_min_remaining,
             complements=spec.coverage_complements,
             complement_slots=spec.complement_slots) if spec.coverage else None
-        return plan(PlanInput(
+        given = PlanInput(
             batches=snap.batches, entries=snap.entries, probs=probs, budget=ext.build_budget,
             allocator=spec.allocator, coverage=coverage, now_ms=self.deps.now(),
             mean_build_ms=self._mean_build_ms.get(snap.queue, DEFAULT_MEAN_BUILD_MS),
-            min_probability=spec.min_probability, hedge_by_time=spec.hedge_by_time,
-        ), linked=snap.linked)
+            min_probability=spec.min_probability, hedge_by_time=spec.hedge_by_time)
+        started = time.perf_counter()
+        ok = False
+        try:
+            result = plan(given, linked=snap.linked)
+            ok = True
+            return result
+        finally:
+            self.deps.metrics.timed("planner", snap.queue, time.perf_counter() - started, ok)
 
     async def _snapshot(self, queue: str) -> Snapshot:
         async with self.deps.db.read() as s:

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +66,43 @@ def create_engine(url: str, *, echo: bool = False) -> AsyncEngine:
     # work with a connection error, which the queue classifies as retryable.
     return create_async_engine(url, echo=echo, pool_size=10, max_overflow=10, pool_recycle=1800,
                                pool_timeout=POOL_TIMEOUT_S)
+
+
+_KINDS = {"select": "select", "insert": "insert", "update": "update", "delete": "delete",
+          "begin": "begin", "commit": "commit", "rollback": "rollback", "with": "select",
+          "pragma": "pragma", "savepoint": "savepoint", "release": "savepoint"}
+
+
+@dataclass
+class DbStats:
+    """What this process asked of the database through SQLAlchemy, since it started:
+    statements by kind (their first word), transactions ended, connections opened.
+    Counted by engine events (``count_into``); ``/metrics`` reports them."""
+
+    statements: Counter[str] = field(default_factory=Counter)
+    transactions: Counter[str] = field(default_factory=Counter)  # commit | rollback
+    connections: int = 0
+
+
+def count_into(engine: AsyncEngine, stats: DbStats) -> None:
+    sync_engine = engine.sync_engine
+
+    @event.listens_for(sync_engine, "before_cursor_execute")
+    def _on_statement(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        word = statement.lstrip()[:9].split(None, 1)
+        stats.statements[_KINDS.get(word[0].lower(), "other") if word else "other"] += 1
+
+    @event.listens_for(sync_engine, "commit")
+    def _on_commit(_conn: Any) -> None:
+        stats.transactions["commit"] += 1
+
+    @event.listens_for(sync_engine, "rollback")
+    def _on_rollback(_conn: Any) -> None:
+        stats.transactions["rollback"] += 1
+
+    @event.listens_for(sync_engine, "connect")
+    def _on_connect(_dbapi_conn: Any, _record: Any) -> None:
+        stats.connections += 1
 
 
 def _configure_sqlite(engine: AsyncEngine) -> None:
@@ -122,6 +161,8 @@ class Database:
                  lock_timeout_ms: int = WRITE_LOCK_TIMEOUT_MS) -> None:
         self.url = url
         self.engine = create_engine(url, echo=echo)
+        self.stats = DbStats()
+        count_into(self.engine, self.stats)
         self.dialect = self.engine.dialect.name
         self.write_lock: asyncio.Lock | None = asyncio.Lock() if self.dialect == "sqlite" else None
         self.lock_timeout_ms = lock_timeout_ms

@@ -35,6 +35,7 @@ NOTIFY_CHANNEL = "submitqueue_queue"
 
 class Backend(Protocol):
     dialect: Dialect
+    ops_run: int  # operations run since start (``/metrics``: submitqueue_queue_operations)
 
     async def start(self, on_notify: Callable[[str], None]) -> None: ...
 
@@ -103,6 +104,7 @@ class SqliteBackend:
         self._pending: list[tuple[Op[Any], asyncio.Future[Any], float]] = []
         self._drainer: asyncio.Task[None] | None = None
         self._thread_id: int | None = None
+        self.ops_run = 0  # operations submitted (each one hop to the queue's thread or less)
 
     async def start(self, on_notify: Callable[[str], None]) -> None:
         Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -134,6 +136,7 @@ class SqliteBackend:
         if self._executor is None:
             op.close()
             raise RuntimeError("the SQLite queue backend is not started")
+        self.ops_run += 1
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[T] = loop.create_future()
         self._pending.append((op, fut, loop.time() + self._lock_timeout_ms / 1000))
@@ -223,6 +226,7 @@ class PostgresBackend:
         self.dsn = dsn
         self._min, self._max = min_size, max_size
         self._pool: Any = None
+        self.ops_run = 0
         self._listener: Any = None
         self._listen_task: asyncio.Task[None] | None = None
         self._on_notify: Callable[[str], None] | None = None
@@ -282,6 +286,7 @@ class PostgresBackend:
         if self._pool is None:
             op.close()
             raise RuntimeError("the PostgreSQL queue backend is not started")
+        self.ops_run += 1
         async with self._pool.acquire() as conn:
             try:
                 stmt = op.send(None)  # type: ignore[arg-type]

@@ -25,7 +25,7 @@ import os
 import socket
 import time
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -115,6 +115,7 @@ class Broker:
         self._ack_writer: asyncio.Task[None] | None = None
         self._to_notify: set[str] = set()
         self._notifier: asyncio.Task[None] | None = None
+        self.published: Counter[str] = Counter()  # new messages stored, per topic
 
     # -- lifecycle ---------------------------------------------------------------
     async def start(self) -> None:
@@ -212,6 +213,9 @@ class Broker:
             ops.insert_messages(dialect, items, now=self.clock(), last=True,
                                 notify=not dialect.is_postgres)
         )
+        for (msg, _, _), seq in zip(prepared, seqs, strict=True):
+            if seq is not None:
+                self.published[msg.topic] += 1
         for topic in {msg.topic for msg, _, _ in prepared}:
             self.wake(topic)
         if dialect.is_postgres:

@@ -78,6 +78,18 @@ async def test_metrics_move_after_a_run(database_url: str, tmp_path: Path) -> No
     assert get(after, "submitqueue_merges_total", queue="demo", outcome="succeeded") == 1
     assert get(after, "submitqueue_merge_duration_seconds_count", queue="demo", outcome="ok") == 1
     assert total(after, "submitqueue_speculation_run_duration_seconds_count", queue="demo") >= 2
+    assert total(after, "submitqueue_planner_duration_seconds_count", queue="demo") >= 2
+    # what the work cost: statements, transactions, connections, messages, queue operations
+    assert get(after, "submitqueue_db_statements_total", kind="select") > \
+        get(before, "submitqueue_db_statements_total", kind="select")
+    assert get(after, "submitqueue_db_statements_total", kind="update") > 0
+    assert get(after, "submitqueue_db_transactions_total", outcome="commit") > \
+        get(before, "submitqueue_db_transactions_total", outcome="commit")
+    assert get(after, "submitqueue_db_connections_opened_total") >= 1
+    assert get(after, "submitqueue_queue_published_total", topic="start") == 2
+    assert get(after, "submitqueue_queue_published_total", topic="log") > 2
+    assert get(after, "submitqueue_queue_operations_total") > \
+        get(before, "submitqueue_queue_operations_total")
     assert get(after, "submitqueue_http_requests_total", method="POST",
                route="/api/v1/queues/{queue}/requests", status="202") == 2
     assert get(after, "submitqueue_http_requests_total", method="GET",
