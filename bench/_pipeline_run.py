@@ -212,9 +212,9 @@ async def drive(c: httpx.AsyncClient, tracker: Tracker, work: Workload) -> float
         window_end = time.perf_counter()
     while tracker.live() and time.monotonic() < deadline:
         tracker.settled.clear()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(tracker.settled.wait(), 2)
-        if tracker.live():
+        try:
+            await asyncio.wait_for(tracker.settled.wait(), 5)
+        except TimeoutError:  # quiet for 5 s: read the list in case an event was missed
             await catch_up(c, tracker)
     return window_end if work.mode == "in-flight" else time.perf_counter()
 
@@ -259,6 +259,11 @@ async def run_workload(root: Path, database_url: str, work: Workload,
         return None if q is None else q * 1000
 
     txns = per("submitqueue_db_transactions_total")
+    topics = sorted({dict(labels).get("topic", "") for (n, labels) in after
+                     if n == "submitqueue_queue_handler_duration_seconds_count"})
+    by_topic = {topic: (per("submitqueue_queue_handler_duration_seconds_count", topic=topic),
+                        per("submitqueue_queue_handler_duration_seconds_sum", topic=topic))
+                for topic in topics}
     return {
         "mode": work.mode, "n": work.n, "folders": work.folders,
         "submitted": len(tracker.status), "landed": len(landed),
@@ -278,4 +283,9 @@ async def run_workload(root: Path, database_url: str, work: Workload,
         "txns": txns,
         "conns": per("submitqueue_db_connections_opened_total"),
         "load": f"{load0}->{load1}",
+        "by_topic": by_topic,
+        "statements_by_kind": {dict(labels)["kind"]: per("submitqueue_db_statements_total",
+                                                          kind=dict(labels)["kind"])
+                               for (n, labels) in after
+                               if n == "submitqueue_db_statements_total"},
     }

@@ -154,6 +154,8 @@ async def main() -> None:
     ap.add_argument("--pg-url", default="postgresql://postgres@127.0.0.1:5432/test")
     ap.add_argument("--compare", metavar="REV", help="also run against this commit")
     ap.add_argument("--timeout", type=float, default=900, help="per run, seconds")
+    ap.add_argument("--detail", action="store_true",
+                    help="also print per-topic handler counts and times per request")
     args = ap.parse_args()
     if args.in_flight is not None:
         work = Workload("in-flight", args.in_flight, args.requests or 2 * args.in_flight,
@@ -187,6 +189,15 @@ async def main() -> None:
     if args.compare:
         print()
         print("\n".join(ratio_lines(rows, args.compare)))
+    if args.detail:
+        for r in rows:
+            print(f"\n{r['rev']} {r['db']}: per landed request, by topic: handled, "
+                  "handler wall ms")
+            for topic, (count, seconds) in sorted(r.get("by_topic", {}).items()):
+                print(f"  {topic:24} {fmt(count, '.2f'):>6}  {fmt(seconds and seconds * 1000)}")
+            kinds = r.get("statements_by_kind", {})
+            print("  statements by kind: " + ", ".join(
+                f"{k} {fmt(v, '.1f')}" for k, v in sorted(kinds.items())))
 
 
 if __name__ == "__main__":

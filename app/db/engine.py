@@ -42,6 +42,14 @@ SQLITE_BUSY_TIMEOUT_MS = 10_000  # readers; a writer's wait is its remaining bud
 WRITE_LOCK_TIMEOUT_MS = 4_000
 PROBE_TIMEOUT_MS = 2_000
 POOL_TIMEOUT_S = 4.0
+# Connections kept open, and opened beyond them at a peak (closed again after). A pool
+# whose peak connections are overflow closes and reopens them all the time: 5 kept + 10
+# on SQLite reconnected ~0.7 times per landed request (each aiosqlite connection is also
+# a thread); 20 kept: 0.03 (bench/pipeline_bench.py --burst 200). PostgreSQL keeps its
+# 20 (as many as 10 + 10 before, so docs/operating.md's 31 per process holds) and opens
+# none beyond them: a 21st session waits (POOL_TIMEOUT_S) rather than reconnect.
+POOL_SIZE = 20
+SQLITE_OVERFLOW = 10
 _BUSY_STEP_MS = 100  # a writer's busy_timeout is set in steps, so most writes skip the PRAGMA
 
 
@@ -59,13 +67,14 @@ def ensure_sqlite_dir(url: str) -> None:
 def create_engine(url: str, *, echo: bool = False) -> AsyncEngine:
     if is_sqlite(url):
         ensure_sqlite_dir(url)
-        engine = create_async_engine(url, echo=echo, pool_timeout=POOL_TIMEOUT_S)
+        engine = create_async_engine(url, echo=echo, pool_timeout=POOL_TIMEOUT_S,
+                                     pool_size=POOL_SIZE, max_overflow=SQLITE_OVERFLOW)
         _configure_sqlite(engine)
         return engine
     # No pre-ping (a round trip per checkout): a dropped connection fails its unit of
     # work with a connection error, which the queue classifies as retryable.
-    return create_async_engine(url, echo=echo, pool_size=10, max_overflow=10, pool_recycle=1800,
-                               pool_timeout=POOL_TIMEOUT_S)
+    return create_async_engine(url, echo=echo, pool_size=POOL_SIZE, max_overflow=0,
+                               pool_recycle=1800, pool_timeout=POOL_TIMEOUT_S)
 
 
 _KINDS = {"select": "select", "insert": "insert", "update": "update", "delete": "delete",

@@ -143,3 +143,26 @@ async def test_a_failed_write_block_rolls_back(database_url: str) -> None:
             assert (await s.execute(sa.select(sa.func.count()).select_from(widgets))).scalar() == 0
     finally:
         await db.dispose()
+
+
+async def test_the_pool_keeps_its_connections_under_concurrent_reads(database_url: str) -> None:
+    """15 concurrent read sessions, three times over: the connections opened the first
+    time are kept (no overflow connection closed and opened again each round), and the
+    statements, transactions and connections are counted for /metrics."""
+    db = Database(database_url)
+    try:
+        async def read() -> None:
+            async with db.read() as s:
+                await s.execute(sa.text("SELECT 1"))
+                await asyncio.sleep(0.05)  # held, so the sessions overlap
+
+        await asyncio.gather(*(read() for _ in range(15)))
+        opened = db.stats.connections
+        assert 1 <= opened <= 15
+        for _ in range(2):
+            await asyncio.gather(*(read() for _ in range(15)))
+        assert db.stats.connections == opened
+        assert db.stats.statements["select"] >= 45
+        assert db.stats.transactions["commit"] >= 45
+    finally:
+        await db.dispose()

@@ -261,6 +261,45 @@ async def test_the_log_controller_folds_a_message_and_rejects_garbage(db: Databa
         await controller.process(FakeDelivery({**payload, "type": "nope"}))  # type: ignore[arg-type]
 
 
+def started(sqid: str, ts: int) -> FakeDelivery:
+    return FakeDelivery({"queue": Q, "request_id": sqid, "log_id": f"{sqid}/started",
+                         "timestamp_ms": ts, "type": "status", "status": "started",
+                         "request_version": 1})
+
+
+async def test_concurrent_log_deliveries_are_folded_in_one_transaction(db: Database) -> None:
+    """Entries that arrive while a fold is being written share the next transaction:
+    ten concurrent deliveries cost one commit or two (the first may go alone), not
+    ten, and every summary moved."""
+    sqids = [await make_request(db, n) for n in range(1, 11)]
+    controller = GatewayLogController(db)
+    commits = db.stats.transactions["commit"]
+    await asyncio.gather(*(controller.process(started(s, 5))  # type: ignore[arg-type]
+                           for s in sqids))
+    assert 1 <= db.stats.transactions["commit"] - commits <= 2
+    for sqid in sqids:
+        assert await summary_of(db, sqid) == ("started", 1, 5)
+
+
+async def test_a_failing_entry_among_concurrent_ones_fails_only_its_own_delivery(
+    db: Database
+) -> None:
+    """The shared transaction rolls back whole when one entry fails; each is then folded
+    on its own, so only the bad one raises (NotFound: a request with no summary) and
+    the others are stored once."""
+    sqids = [await make_request(db, n) for n in range(1, 6)]
+    controller = GatewayLogController(db)
+    deliveries = [started(s, 7) for s in sqids]
+    deliveries.insert(3, started(f"{Q}/99", 7))
+    outcomes = await asyncio.gather(*(controller.process(d)  # type: ignore[arg-type]
+                                      for d in deliveries), return_exceptions=True)
+    assert [type(o).__name__ for o in outcomes] == \
+        ["NoneType"] * 3 + ["NotFound"] + ["NoneType"] * 2
+    for sqid in sqids:
+        assert await summary_of(db, sqid) == ("started", 1, 7)
+        assert [r.status for r in await rows(db, sqid)] == ["started"]
+
+
 async def test_list_is_newest_first_with_keyset_pages_and_filters(db: Database) -> None:
     ids = []
     for n, received in zip(range(1, 6), [10, 20, 20, 30, 40], strict=True):

@@ -291,23 +291,37 @@ async def persist_log(db: Database, entry: RequestLog) -> RequestSummary | None:
     for attempt in range(1, PERSIST_ATTEMPTS + 1):
         try:
             async with db.write() as session:
-                await append_log(session, entry=entry)
-                summary = await find_summary(
-                    session, queue=entry.queue, request_id=entry.request_id
-                )
-                if summary is None:
-                    raise NotFound(
-                        f"request {entry.request_id!r} does not exist in queue {entry.queue!r}"
-                    )
-                won = entry_wins(entry, summary)
-                folded = summary
-                if won:
-                    folded = await update_summary_status(session, summary=summary, entry=entry)
-                if entry.type is LogType.STATUS and entry.status in _TERMINAL_STATUSES:
-                    await claims.settle(session, summary=folded)
-            return summary if won else None
+                return await _fold(session, entry)
         except VersionMismatch:
             if attempt == PERSIST_ATTEMPTS:
                 raise
             await asyncio.sleep(random.uniform(0, 0.002 * attempt))
     raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+async def persist_logs(db: Database, entries: Sequence[RequestLog]
+                       ) -> list[RequestSummary | None]:
+    """``persist_log`` for several entries in one transaction, in order (an entry of a
+    request sees the fold of an earlier one of the same request). All or nothing: the
+    first entry that raises (malformed, no summary, a lost race) rolls back the whole
+    transaction and its error propagates; the caller then persists each on its own."""
+    for entry in entries:
+        check_entry(entry)
+    async with db.write() as session:
+        return [await _fold(session, entry) for entry in entries]
+
+
+async def _fold(session: AsyncSession, entry: RequestLog) -> RequestSummary | None:
+    """Append ``entry`` and fold it into its summary in ``session``: the summary as it
+    was before when the entry won, else None."""
+    await append_log(session, entry=entry)
+    summary = await find_summary(session, queue=entry.queue, request_id=entry.request_id)
+    if summary is None:
+        raise NotFound(f"request {entry.request_id!r} does not exist in queue {entry.queue!r}")
+    won = entry_wins(entry, summary)
+    folded = summary
+    if won:
+        folded = await update_summary_status(session, summary=summary, entry=entry)
+    if entry.type is LogType.STATUS and entry.status in _TERMINAL_STATUSES:
+        await claims.settle(session, summary=folded)
+    return summary if won else None
