@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -190,13 +190,20 @@ async def submit(c: httpx.AsyncClient, tracker: Tracker, tags: list[str], folder
     await asyncio.gather(*(one(i, t) for i, t in enumerate(tags)))
 
 
-async def drive(c: httpx.AsyncClient, tracker: Tracker, work: Workload) -> float:
-    """Submit the workload; returns when the window ends (perf_counter time)."""
+async def drive(c: httpx.AsyncClient, tracker: Tracker, work: Workload,
+                start_window: Callable[[], Awaitable[None]]) -> float:
+    """Submit the workload; returns when the window ends (perf_counter time). The
+    window starts before the burst, or (in-flight) once the first N are in flight, so
+    that it starts and ends with N in flight: the work it counts is the work of the
+    requests that landed in it, not of a queue filling up."""
     tag = uuid.uuid4().hex[:8]
     deadline = time.monotonic() + work.timeout_s
+    if work.mode != "in-flight":
+        await start_window()
     await submit(c, tracker, [f"{tag}-{i}" for i in range(work.n)], work.folders, 0)
     sent = work.n
     if work.mode == "in-flight":
+        await start_window()
         while sent < work.total and time.monotonic() < deadline:
             tracker.settled.clear()
             gap = min(work.n - tracker.live(), work.total - sent)
@@ -236,15 +243,20 @@ async def run_workload(root: Path, database_url: str, work: Workload,
             follower.cancel()
             follower = asyncio.create_task(follow(c, tracker))
             await asyncio.sleep(0.3)  # the stream is open before the window starts
-            before = _prom.parse((await c.get("/metrics")).text)
-            cpu0, load0, t0 = cpu_s(pid), load(), time.perf_counter()
-            t1 = await drive(c, tracker, work)
+            start: dict[str, Any] = {}
+
+            async def start_window() -> None:
+                start["metrics"] = _prom.parse((await c.get("/metrics")).text)
+                start.update(cpu=cpu_s(pid), load=load(), at=time.perf_counter())
+
+            t1 = await drive(c, tracker, work, start_window)
+            before, cpu0, load0, t0 = start["metrics"], start["cpu"], start["load"], start["at"]
             cpu1, load1 = cpu_s(pid), load()
             after = _prom.parse((await c.get("/metrics")).text)
         finally:
             follower.cancel()
         landed = [s for s, v in tracker.status.items() if v == "landed"]
-        in_window = [s for s in landed if tracker.landed_at.get(s, t1 + 1) <= t1]
+        in_window = [s for s in landed if t0 <= tracker.landed_at.get(s, t1 + 1) <= t1]
         window = t1 - t0
         count = len(in_window) or 1
         sample = landed if len(landed) <= 400 else landed[:: len(landed) // 400 + 1]

@@ -5,8 +5,8 @@ Two workloads:
 
 - ``--in-flight N``: N requests are kept in flight (each one that settles is replaced
   at once) until ``--requests`` were submitted (default 2N); the measurement window is
-  that steady phase, from the first submission to the last, so the drain at the end is
-  not in it;
+  that steady phase, from when the first N are in flight to the last submission, so it
+  starts and ends with N in flight (neither the filling nor the drain is in it);
 - ``--burst N``: N requests submitted at once; the window runs until all settled.
 
 Each row reports, over its window: landed/s, land->landed p50/p99 (from the requests'
