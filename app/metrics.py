@@ -161,6 +161,13 @@ class _StateCollector(Collector):
                     requests, builds, budget, circuit_open, open_for, age)
 
 
+def _counts(name: str, doc: str, label: str, counts: Mapping[str, int]) -> Metric:
+    family = CounterMetricFamily(name, doc, labels=[label])
+    for value, n in sorted(counts.items()):
+        family.add_metric([value], n)
+    return family
+
+
 class _WorkCollector(Collector):
     """What this process asked of its databases, since it started (counters read from
     ``Database.stats`` and the broker): the cost of the pipeline's work, per landed
@@ -174,24 +181,15 @@ class _WorkCollector(Collector):
         if work is None:
             return
         stats, broker = work
-        statements = CounterMetricFamily(f"{NS}_db_statements", "SQL statements sent through "
-                                         "SQLAlchemy, by kind (their first word)",
-                                         labels=["kind"])
-        for kind, n in sorted(stats.statements.items()):
-            statements.add_metric([kind], n)
-        transactions = CounterMetricFamily(f"{NS}_db_transactions", "SQLAlchemy transactions "
-                                           "ended, by outcome (commit, rollback)",
-                                           labels=["outcome"])
-        for outcome, n in sorted(stats.transactions.items()):
-            transactions.add_metric([outcome], n)
+        statements = _counts(f"{NS}_db_statements", "SQL statements sent through SQLAlchemy, "
+                             "by kind (their first word)", "kind", stats.statements)
+        transactions = _counts(f"{NS}_db_transactions", "SQLAlchemy transactions ended, by "
+                               "outcome (commit, rollback)", "outcome", stats.transactions)
         connections = CounterMetricFamily(f"{NS}_db_connections_opened", "Database "
                                           "connections SQLAlchemy's pool opened")
         connections.add_metric([], stats.connections)
-        published = CounterMetricFamily(f"{NS}_queue_published", "New messages stored by "
-                                        "this process, per topic (duplicates not counted)",
-                                        labels=["topic"])
-        for topic, n in sorted(broker.published.items()):
-            published.add_metric([topic], n)
+        published = _counts(f"{NS}_queue_published", "New messages stored by this process, "
+                            "per topic (duplicates not counted)", "topic", broker.published)
         operations = CounterMetricFamily(f"{NS}_queue_operations", "Operations (each one "
                                          "transaction) run by the queue's own backend")
         operations.add_metric([], broker.backend.ops_run)
