@@ -6,20 +6,22 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.engine import Database
 from app.db.repos import requests as request_repo
 from app.domain.entities import LandRequest, RequestLog, RequestSummary
 from app.domain.errors import NotFound
-from app.domain.messages import LOG, LogMsg, log_id
+from app.domain.messages import LOG, SPECULATE, LogMsg, log_id
 from app.domain.states import LogType, PublicStatus, RequestState
 from app.extensions.base import QueueExtensions
-from app.queue import Broker, Outgoing, PublishResult
+from app.queue import Broker, Outgoing, PublishResult, Staged
 
 T = TypeVar("T")
 Timed = Literal["speculation", "planner", "merge"]
@@ -120,6 +122,15 @@ class Deps:
         finally:
             self.metrics.timed(what, queue, time.perf_counter() - started, ok)
 
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[tuple[AsyncSession, Outbox]]:
+        """A write transaction and its outbox: what the block publishes through the
+        outbox is stored with its writes, and wakes consumers once they committed."""
+        async with self.db.write() as s:
+            outbox = Outbox(self, s)
+            yield s, outbox
+        outbox.committed()
+
     async def publish(self, topic: str, msg: BaseModel, *, message_id: str) -> PublishResult:
         """Publish ``msg`` on ``topic``, partitioned as the stage registry says
         (``app/controllers/stages.py``): no publisher chooses a partition key."""
@@ -132,6 +143,50 @@ class Deps:
             await self.broker.publish_many([
                 Outgoing(LOG, x.model_dump(mode="json"), _key(LOG, x), x.log_id) for x in logs
             ])
+
+
+class Outbox:
+    """Messages published in a write transaction, with its writes (a transactional
+    outbox, ``Broker.publish_within``): stored if and only if the transaction commits,
+    so a controller that writes a state and announces it cannot stop in between.
+
+    ``speculate`` wake-ups are never published here: a speculate run skips a message
+    numbered at or below the highest number it read before its snapshot, which is only
+    sound when the write a wake-up announces committed before the wake-up got its
+    number (see ``app/controllers/speculate.py``)."""
+
+    def __init__(self, deps: Deps, session: AsyncSession) -> None:
+        self._deps = deps
+        self._session = session
+        self._staged: list[Staged] = []
+
+    async def _execute(self, sql: str, params: Any) -> list[dict[str, Any]]:
+        conn = await self._session.connection()
+        result = await conn.exec_driver_sql(sql, params)
+        return [dict(r._mapping) for r in result] if result.returns_rows else []
+
+    async def publish(self, topic: str, msg: BaseModel, *, message_id: str) -> PublishResult:
+        return (await self.publish_many([(topic, msg, message_id)]))[0]
+
+    async def publish_many(self, items: Sequence[tuple[str, BaseModel, str]]
+                           ) -> list[PublishResult]:
+        if not items:
+            return []
+        if any(topic == SPECULATE for topic, _, _ in items):
+            raise ValueError("speculate wake-ups are published after the commit")
+        staged = await self._deps.broker.publish_within(self._execute, [
+            Outgoing(topic, msg.model_dump(mode="json"), _key(topic, msg), mid)
+            for topic, msg, mid in items])
+        self._staged.append(staged)
+        return staged.results
+
+    async def logs(self, entries: Sequence[RequestLog]) -> None:
+        await self.publish_many([(LOG, x, x.log_id) for x in map(LogMsg.of, entries)])
+
+    def committed(self) -> None:
+        for staged in self._staged:
+            staged.committed()
+        self._staged.clear()
 
 
 class StageController:

@@ -59,9 +59,10 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.controllers.common import Deps, event_log, status_log, unique_id
+from app.controllers.common import Deps, Outbox, event_log, status_log, unique_id
 from app.controllers.plan_check import check_plan
 from app.controllers.scoring import QueueScoring
 from app.db.repos import batches as batch_repo
@@ -71,7 +72,16 @@ from app.db.repos import requests as request_repo
 from app.db.repos import speculation as spec_repo
 from app.domain.entities import Batch, Build, PathEntry, PathSet
 from app.domain.errors import PlanError
-from app.domain.messages import BUILD, CONCLUDE, MERGE, SPECULATE, BuildMsg, ConcludeMsg, EntityMsg
+from app.domain.messages import (
+    BUILD,
+    CONCLUDE,
+    LOG,
+    MERGE,
+    BuildMsg,
+    ConcludeMsg,
+    EntityMsg,
+    LogMsg,
+)
 from app.domain.states import BatchState, BuildStatus, PathStatus
 from app.queue import Delivery
 from app.speculation import core
@@ -159,13 +169,14 @@ class SpeculateController:
 
     async def _admit(self, batch: Batch) -> Batch:
         now = self.deps.now()
-        await self.deps.publish_logs([
-            status_log(batch.queue, m, "speculating", now=now, occurrence=batch.id,
-                       metadata={"batch_id": batch.id, "dependencies": list(batch.dependencies)})
-            for m in batch.contains])
         new = replace(batch, state=BatchState.SPECULATING, version=batch.version + 1)
-        async with self.deps.db.write() as s:
+        async with self.deps.transaction() as (s, outbox):
             await batch_repo.update(s, old=batch, new=new, now_ms=now)
+            await outbox.logs([
+                status_log(batch.queue, m, "speculating", now=now, occurrence=batch.id,
+                           metadata={"batch_id": batch.id,
+                                     "dependencies": list(batch.dependencies)})
+                for m in batch.contains])
         return new
 
     # -- the run ---------------------------------------------------------------
@@ -181,7 +192,6 @@ class SpeculateController:
         check_plan(snap.batches, snap.sets, snap.entries, result,
                    budget=self.deps.extensions(queue).build_budget, queue=queue)
         await self._write_plan(snap, result)
-        await self._dispatch(snap, result)
 
     def _finished(self, snap: Snapshot) -> list[PathEntry]:
         """Entries that reached a verdict in this fold; their builds update the mean."""
@@ -281,19 +291,20 @@ class SpeculateController:
         if core.live(snap.entries.get(batch.id, [])):
             await self._save_sets(snap, [batch.id])
             return
-        await self.deps.publish(SPECULATE, EntityMsg(id=batch.id, queue=batch.queue),
-                                message_id=unique_id(f"{batch.id}/recover"))
         new = replace(batch, state=BatchState.CANCELLED, failure_reason="cancelled by request",
                       version=batch.version + 1)
-        async with self.deps.db.write() as s:
+        async with self.deps.transaction() as (s, outbox):
             await self._write_set(s, snap, batch.id)
             await batch_repo.update(s, old=batch, new=new, now_ms=now)
+            await outbox.publish_many([self._conclude_message(
+                new, message_id=f"{batch.id}/conclude/speculate")])
         snap.put(new)
-        await self._conclude(new, message_id=f"{batch.id}/conclude/speculate")
 
     # -- writing the plan --------------------------------------------------------
     async def _write_plan(self, snap: Snapshot, result: Plan) -> None:
-        """Path sets, transitions and grown dependency lists in one transaction."""
+        """Path sets, transitions, grown dependency lists and what they dispatch
+        (``merge``/``conclude`` per decision, new builds, their logs) in one transaction:
+        a run that stops after its plan committed has dispatched it too."""
         for head, entries in result.entries.items():
             snap.entries[head] = list(entries)
             snap.sets.setdefault(head, PathSet(queue=snap.queue, head=head))
@@ -308,14 +319,12 @@ class SpeculateController:
             old = snap.batches[bid]
             base = changed.get(bid, replace(old, version=old.version + 1))
             changed[bid] = replace(base, dependencies=deps)
-        for d in result.decisions:  # a wake-up in case we stop between write and dispatch
-            await self.deps.publish(SPECULATE, EntityMsg(id=d.head, queue=snap.queue),
-                                    message_id=unique_id(f"{d.head}/recover"))
         now = self.deps.now()
         dirty = snap.dirty(snap.entries)
         if not dirty and not changed:
+            await self._dispatch_unwritten(snap)
             return
-        async with self.deps.db.write() as s:
+        async with self.deps.transaction() as (s, outbox):
             await counter_repo.advance_plan(s, queue=snap.queue, seen=snap.plan_version)
             for h in dirty:
                 await self._write_set(s, snap, h)
@@ -323,10 +332,11 @@ class SpeculateController:
                 await batch_repo.update(s, old=snap.batches[bid], new=new, now_ms=now)
             await epoch_repo.add_rebuilt(s, queue=snap.queue, epoch=snap.epoch,
                                          count=snap.rebuilt)
+            for new in changed.values():
+                snap.put(new)
+            await self._dispatch(s, outbox, snap, result)
         self.deps.metrics.rebuilt_after_move(snap.queue, snap.rebuilt)
         snap.plan_version += 1
-        for new in changed.values():
-            snap.put(new)
         if result.rebuilds or any(d.bypass for d in result.decisions):
             log.info("merged on coverage", extra={
                 "queue": snap.queue, "rebuilds": result.rebuilds,
@@ -362,7 +372,9 @@ class SpeculateController:
                     await self._write_set(s, snap, h)
 
     # -- dispatch --------------------------------------------------------------
-    async def _dispatch(self, snap: Snapshot, result: Plan) -> None:
+    async def _dispatch(self, s: AsyncSession, outbox: Outbox, snap: Snapshot,
+                        result: Plan) -> None:
+        """What the plan decided, published in its transaction."""
         for d in result.decisions:
             batch = snap.batches[d.head]
             if d.kind == "merge":
@@ -370,19 +382,28 @@ class SpeculateController:
                 if d.bypass:
                     extra |= {"bypass": True, "overtaken": list(d.overtaken),
                               "rebuilds": result.rebuilds}
-                await self._dispatch_merge(batch, extra)
+                round_ = await epoch_repo.rounds(s, queue=batch.queue, batch_id=batch.id)
+                await outbox.publish_many(self._merge_messages(batch, round_, extra))
             else:
-                await self._conclude(batch, message_id=f"{batch.id}/conclude/speculate")
-        await self._announce_passed(snap)
-        for head in snap.active(BatchState.SPECULATING):
-            for e in snap.entries.get(head.id, []):
-                if e.status is PathStatus.PENDING and not snap.linked(e):
-                    await self.deps.publish(
-                        BUILD, BuildMsg(id=head.id, queue=head.queue, path_id=e.id,
-                                        attempt=e.attempt),
-                        message_id=f"{head.id}/build/{e.id}/{e.attempt}")
+                await outbox.publish_many([self._conclude_message(
+                    batch, message_id=f"{batch.id}/conclude/speculate")])
+        await outbox.publish_many(self._passed_logs(snap) + self._builds(snap))
 
-    async def _announce_passed(self, snap: Snapshot) -> None:
+    async def _dispatch_unwritten(self, snap: Snapshot) -> None:
+        """A run that wrote nothing still dispatches builds a stopped run wrote but did
+        not dispatch (pending, not linked; the same message ids) and the passed paths'
+        news."""
+        for topic, msg, mid in self._passed_logs(snap) + self._builds(snap):
+            await self.deps.publish(topic, msg, message_id=mid)
+
+    def _builds(self, snap: Snapshot) -> list[tuple[str, BaseModel, str]]:
+        return [(BUILD, BuildMsg(id=head.id, queue=head.queue, path_id=e.id,
+                                 attempt=e.attempt), f"{head.id}/build/{e.id}/{e.attempt}")
+                for head in snap.active(BatchState.SPECULATING)
+                for e in snap.entries.get(head.id, [])
+                if e.status is PathStatus.PENDING and not snap.linked(e)]
+
+    def _passed_logs(self, snap: Snapshot) -> list[tuple[str, BaseModel, str]]:
         """``waiting`` for a passed path whose dependencies have not settled;
         ``invalidated`` for a passed path a settled dependency contradicted."""
         now = self.deps.now()
@@ -398,7 +419,20 @@ class SpeculateController:
                       "assumptions": {d: a.value for d, a in e.path.dependencies}}
                 logs += [event_log(head.queue, m, event, now=now, occurrence=e.id, metadata=md)
                          for m in head.contains]
-        await self.deps.publish_logs(logs)
+        return [(LOG, x, x.log_id) for x in map(LogMsg.of, logs)]
+
+    def _merge_messages(self, batch: Batch, round_: int, extra: dict[str, object] | None
+                        ) -> list[tuple[str, BaseModel, str]]:
+        """The ``speculated`` logs and the ``merge`` of ``batch``'s round ``round_``."""
+        suffix = epoch_repo.round_suffix(round_)
+        now = self.deps.now()
+        md: dict[str, object] = {"batch_id": batch.id, **(extra or {})}
+        logs = [LogMsg.of(status_log(batch.queue, m, "speculated", now=now,
+                                     occurrence=batch.id + suffix, metadata=md))
+                for m in batch.contains]
+        return [*((LOG, x, x.log_id) for x in logs),
+                (MERGE, EntityMsg(id=batch.id, queue=batch.queue),
+                 f"{batch.id}/merge-dispatch{suffix}")]
 
     async def _dispatch_merge(self, batch: Batch,
                               extra: dict[str, object] | None = None) -> None:
@@ -415,17 +449,14 @@ class SpeculateController:
             current = await batch_repo.get(s, queue=batch.queue, id=batch.id)
         if current.state is not BatchState.MERGING:
             return  # it moved on; whoever wrote its newer state dispatches what follows
-        suffix = epoch_repo.round_suffix(round_)
-        now = self.deps.now()
-        md: dict[str, object] = {"batch_id": batch.id, **(extra or {})}
-        await self.deps.publish_logs([
-            status_log(batch.queue, m, "speculated", now=now, occurrence=batch.id + suffix,
-                       metadata=md) for m in batch.contains])
-        await self.deps.publish(MERGE, EntityMsg(id=batch.id, queue=batch.queue),
-                                message_id=f"{batch.id}/merge-dispatch{suffix}")
+        for topic, msg, mid in self._merge_messages(batch, round_, extra):
+            await self.deps.publish(topic, msg, message_id=mid)
 
     async def _conclude(self, batch: Batch, *, message_id: str) -> None:
-        await self.deps.publish(
-            CONCLUDE, ConcludeMsg(id=batch.id, queue=batch.queue,
-                                  failure_reason=batch.failure_reason),
-            message_id=message_id)
+        topic, msg, mid = self._conclude_message(batch, message_id=message_id)
+        await self.deps.publish(topic, msg, message_id=mid)
+
+    @staticmethod
+    def _conclude_message(batch: Batch, *, message_id: str) -> tuple[str, BaseModel, str]:
+        return (CONCLUDE, ConcludeMsg(id=batch.id, queue=batch.queue,
+                                      failure_reason=batch.failure_reason), message_id)

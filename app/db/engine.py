@@ -36,6 +36,7 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
+from app.db import sqlite_inline
 from app.domain.errors import Busy
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000  # readers; a writer's wait is its remaining budget
@@ -67,8 +68,12 @@ def ensure_sqlite_dir(url: str) -> None:
 def create_engine(url: str, *, echo: bool = False) -> AsyncEngine:
     if is_sqlite(url):
         ensure_sqlite_dir(url)
+        path = make_url(url).database or ""
+        inline = {"async_creator": sqlite_inline.connector(path)} \
+            if path and path != ":memory:" else {}
         engine = create_async_engine(url, echo=echo, pool_timeout=POOL_TIMEOUT_S,
-                                     pool_size=POOL_SIZE, max_overflow=SQLITE_OVERFLOW)
+                                     pool_size=POOL_SIZE, max_overflow=SQLITE_OVERFLOW,
+                                     **inline)
         _configure_sqlite(engine)
         return engine
     # No pre-ping (a round trip per checkout): a dropped connection fails its unit of
@@ -122,7 +127,8 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
         # pysqlite's own transaction handling is turned off; we emit BEGIN ourselves.
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
-        cur.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        if not _inline(dbapi_conn):  # an inline connection waits off the loop instead
+            cur.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
         cur.execute("PRAGMA journal_mode = WAL")
         cur.execute("PRAGMA synchronous = NORMAL")
         cur.execute("PRAGMA foreign_keys = ON")
@@ -133,10 +139,18 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
         options = conn.get_execution_options()
         mode = options.get("sqlite_begin", "IMMEDIATE")
         busy_ms = options.get("sqlite_busy_ms")  # a writer's budget; readers keep what is set
-        if busy_ms is not None and conn.info.get("sq_busy_ms") != busy_ms:
+        driver = _inline(conn.connection.dbapi_connection)
+        if driver is not None:
+            driver.busy_ms = SQLITE_BUSY_TIMEOUT_MS if busy_ms is None else int(busy_ms)
+        elif busy_ms is not None and conn.info.get("sq_busy_ms") != busy_ms:
             conn.exec_driver_sql(f"PRAGMA busy_timeout = {int(busy_ms)}")
             conn.info["sq_busy_ms"] = busy_ms
         conn.exec_driver_sql(f"BEGIN {mode}")
+
+
+def _inline(dbapi_conn: Any) -> sqlite_inline.InlineConnection | None:
+    driver = getattr(dbapi_conn, "driver_connection", None)
+    return driver if isinstance(driver, sqlite_inline.InlineConnection) else None
 
 
 def _busy(timeout_ms: int) -> Busy:

@@ -5,7 +5,7 @@ and ``docs/queue.md`` for the semantics.
 """
 
 from app.queue.backends import Backend, PostgresBackend, SqliteBackend, backend_for_url
-from app.queue.broker import Broker, Outgoing, now_ms
+from app.queue.broker import Broker, Outgoing, Staged, now_ms
 from app.queue.classify import NonRetryable, Retryable, classify
 from app.queue.consumer import (
     Chaos,
@@ -57,6 +57,7 @@ __all__ = [
     "QueueError",
     "Retryable",
     "SqliteBackend",
+    "Staged",
     "StoredMessage",
     "TopicSpec",
     "TopicStats",

@@ -26,7 +26,7 @@ import socket
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,6 +81,22 @@ def _encode(kind: str, value: Any) -> str:
     if "\x00" in text:
         raise InvalidPayload(f"{kind} must not contain NUL characters")
     return text
+
+
+Execute = Callable[[str, Any], Awaitable[list[dict[str, Any]]]]
+
+
+@dataclass
+class Staged:
+    """Messages stored in a caller's transaction (``Broker.publish_within``)."""
+
+    broker: Broker
+    topics: list[str]
+    results: list[PublishResult]
+
+    def committed(self) -> None:
+        """The caller's transaction committed: count the messages and wake consumers."""
+        self.broker._committed(self)
 
 
 class Broker:
@@ -221,6 +237,38 @@ class Broker:
         if dialect.is_postgres:
             self._notify_others({msg.topic for msg, groups, _ in prepared if groups})
         return [PublishResult(seq=s, created=s is not None) for s in seqs]
+
+    async def publish_within(self, execute: Execute,
+                             messages: Sequence[Outgoing]) -> Staged:
+        """Store ``messages`` in the caller's open transaction, through ``execute`` (a
+        transactional outbox: they commit, or vanish, with the caller's own writes).
+
+        ``execute(sql, params)`` runs one statement on the caller's connection in the
+        driver's parameter style (SQLite: ``:name`` with a dict; PostgreSQL: ``$n``
+        with a tuple) and returns its rows as dicts. Nothing wakes until the caller
+        calls ``committed()`` on the result after its commit (on PostgreSQL the other
+        processes' NOTIFY is sent by the commit itself). Deduplication is publish's:
+        a duplicate stores nothing and reports ``created=False``."""
+        prepared = [self._prepare(m) for m in messages]
+        items = [ops.Publication(msg, groups, park_if_unread=spec.is_dlq)
+                 for msg, groups, spec in prepared]
+        dialect = self.backend.dialect
+        op = ops.insert_messages(dialect, items, now=self.clock(), notify=True)
+        try:
+            stmt = op.send(None)  # type: ignore[arg-type]
+            while True:
+                stmt = op.send(await execute(*dialect.driver_args(stmt)))
+        except StopIteration as stop:
+            seqs: list[int | None] = stop.value
+        results = [PublishResult(seq=s, created=s is not None) for s in seqs]
+        return Staged(self, [msg.topic for msg, _, _ in prepared], results)
+
+    def _committed(self, staged: Staged) -> None:
+        for topic, result in zip(staged.topics, staged.results, strict=True):
+            if result.created:
+                self.published[topic] += 1
+        for topic in set(staged.topics):
+            self.wake(topic)
 
     def _notify_others(self, topics: set[str]) -> None:
         if topics:

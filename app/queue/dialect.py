@@ -30,6 +30,16 @@ class Stmt:
     last: bool = False
 
 
+def _positional(sql: str) -> tuple[str, list[str]]:
+    cached = _POSITIONAL.get(sql)
+    if cached is None:
+        cached = _POSITIONAL[sql] = to_positional(sql)
+    return cached
+
+
+_POSITIONAL: dict[str, tuple[str, list[str]]] = {}
+
+
 def to_positional(sql: str) -> tuple[str, list[str]]:
     """``:name`` placeholders -> ``$n``; returns the new SQL and the parameter order."""
     order: list[str] = []
@@ -122,6 +132,14 @@ class Dialect:
             "SELECT pg_advisory_xact_lock(hashtextextended(:lk, 7)) AS locked",
             {"lk": f"{topic}\x1f{partition_key}"},
         )
+
+    def driver_args(self, stmt: Stmt) -> tuple[str, Any]:
+        """``stmt`` as a DB-API driver takes it: SQLite's ``:name`` with the dict;
+        PostgreSQL's ``$n`` with the values in order (the translation is cached)."""
+        if not self.is_postgres:
+            return stmt.sql, stmt.params
+        sql, order = _positional(stmt.sql)
+        return sql, tuple(stmt.params[name] for name in order)
 
     def notify(self, topic: str) -> Stmt | None:
         if not self.is_postgres:

@@ -87,6 +87,21 @@ class RecordingBroker:
         for o in batch:
             self.published.append(Published(o.topic, o.partition_key, o.message_id, o.payload))
 
+    async def publish_within(self, _execute: Any, batch: Sequence[Outgoing]) -> RecordedStage:
+        """The outbox's publish: recorded once the caller's transaction commits
+        (``committed()``); ``crash_before`` raises inside the transaction, so its writes
+        roll back with it."""
+        for o in batch:
+            self._check(o.topic)
+        seen = set(self.keys())
+        out = [Published(o.topic, o.partition_key, o.message_id, o.payload) for o in batch]
+        results = []
+        for i, p in enumerate(out):
+            results.append(PublishResult(seq=self.stored_seq + len(self.published) + i + 1,
+                                         created=p.key not in seen))
+            seen.add(p.key)
+        return RecordedStage(self, out, results)
+
     def keys(self, topic: str | None = None) -> list[tuple[str, str, str]]:
         return [p.key for p in self.published if topic is None or p.topic == topic]
 
@@ -100,6 +115,16 @@ class RecordingBroker:
                  if p.topic == topic and p.message_id == message_id]
         assert len(found) == 1, (topic, message_id, self.keys())
         return found[0]
+
+
+@dataclass
+class RecordedStage:
+    broker: RecordingBroker
+    messages: list[Published]
+    results: list[PublishResult]
+
+    def committed(self) -> None:
+        self.broker.published.extend(self.messages)
 
 
 class FakeDelivery:

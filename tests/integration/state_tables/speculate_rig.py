@@ -104,21 +104,12 @@ def log(n: int, name: str, occurrence: str | None = None) -> tuple[str, str, str
 
 
 def merged(n: int) -> list[tuple[str, str, str]]:
-    """A merge decision: the recovery wake-up, then (after the write) the dispatch."""
-    return [("speculate", "demo", unique(f"{batch_id(n)}/recover")), log(n, "speculated"),
-            ("merge", "demo", f"{batch_id(n)}/merge-dispatch")]
+    """A merge decision's dispatch, published in the plan's transaction."""
+    return [log(n, "speculated"), ("merge", "demo", f"{batch_id(n)}/merge-dispatch")]
 
 
 def concluded(n: int) -> list[tuple[str, str, str]]:
-    return [("speculate", "demo", unique(f"{batch_id(n)}/recover")),
-            ("conclude", "demo", f"{batch_id(n)}/conclude/speculate")]
-
-
-def reconcluded(n: int) -> dict[str, list[tuple[str, str, str]]]:
-    """After a crash between the terminal write and ``conclude``, the redelivery's
-    pre-step finds the batch terminal with live members and re-concludes it (repair)."""
-    return {"conclude": [("speculate", "demo", unique(f"{batch_id(n)}/recover")),
-                         ("conclude", "demo", unique(f"{batch_id(n)}/conclude/repair"))]}
+    return [("conclude", "demo", f"{batch_id(n)}/conclude/speculate")]
 
 
 def replayed_log(n: int) -> list[str]:

@@ -57,7 +57,6 @@ from tests.integration.state_tables.speculate_rig import (
     payloads,
     queue,
     rebuilt_counted,
-    reconcluded,
     repair,
     replayed_log,
 )
@@ -122,7 +121,7 @@ TABLE = StateTable(speculate, [
          published=[], check=both(entries_are(1, (P1, PathStatus.CANCELLING, 1)),
                                   batch_is(1, CANCELLING, 2))),
     *[Case("``cancelling``", queue(B(1, CANCELLING, entries=es)), msg(1), name=name,
-           published=concluded(1), repaired_as=reconcluded(1),
+           published=concluded(1),
            check=both(batch_is(1, BatchState.CANCELLED, 3, reason="cancelled by request"),
                       entries_are(1, *[(e.path, PathStatus.CANCELLED, 1) for e in es]),
                       conclusion(1, "cancelled by request")))
@@ -152,7 +151,7 @@ TABLE = StateTable(speculate, [
                     entries_are(2, (P2S, PASSED, 1), (P2F, PathStatus.CANCELLING, 1)))),
     Case("``speculating``", queue(B(1, SPEC, entries=(
         E(P1, BUILDING, BuildStatus.FAILED),))), msg(1), name="every-path-failed-fails",
-         published=concluded(1), repaired_as=reconcluded(1),
+         published=concluded(1),
          check=both(batch_is(1, BatchState.FAILED, 3, reason=FAILED_BY),
                     entries_are(1, (P1, PathStatus.FAILED, 1)), conclusion(1, FAILED_BY))),
     Case("``speculating``", queue(B(1, SPEC, entries=(
@@ -165,7 +164,6 @@ TABLE = StateTable(speculate, [
     Case("``speculating``", queue(B(1, SPEC, entries=(
         E(P1, BUILDING, BuildStatus.ERRORED, attempt=5),))), msg(1),
          name="errored-at-the-last-attempt-fails", published=concluded(1),
-         repaired_as=reconcluded(1),
          check=both(batch_is(1, BatchState.FAILED, 3, reason=LOST_BY),
                     entries_are(1, (P1, PathStatus.FAILED, 5)))),
     Case("``speculating``", queue(RUNNING_1, B(2, SPEC, deps=(1,), entries=(E(P2S, PASSED),)),
@@ -193,16 +191,6 @@ TABLE = StateTable(speculate, [
          published=[], writes_nothing=True),
 ])
 
-# The pre-step's re-dispatch cannot know which path the run merged on (nor a bypass's
-# details): a speculated log it publishes after a crash lost the run's names only the
-# batch (the "batch ``merging``" row says so).
-REPLAYED = {
-    "passed-build-merges": dispatched(1, None),
-    "settled-assumptions-merge": dispatched(2, None),
-    "full-coverage-merges": dispatched(2, None),
-}
-
-
 def test_every_documented_row_has_a_case() -> None:
     assert TABLE.missing() == [] and TABLE.unknown() == []
 
@@ -222,8 +210,8 @@ async def test_row(rig: Rig, case: Case) -> None:
 @pytest.mark.parametrize(("case", "crash"), crash_points(TABLE.cases),
                          ids=lambda x: x if isinstance(x, str) else x.id)
 async def test_crash_before_publishing_is_repaired(rig: Rig, case: Case, crash: str) -> None:
-    if case.id in REPLAYED and crash == "log":
-        case = replace(case, check=REPLAYED[case.id])
+    """The run publishes its plan's dispatch in the plan's transaction: a crash before
+    any of it rolls the plan back, and the redelivery plans and dispatches it whole."""
     await run_crash_repair(rig, SpeculateController(rig.deps), "speculate", case, crash)
 
 
