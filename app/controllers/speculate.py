@@ -65,6 +65,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.controllers.common import Deps, Outbox, event_log, status_log, unique_id
 from app.controllers.plan_check import check_plan
 from app.controllers.scoring import QueueScoring
+from app.db.memo import Memo
 from app.db.repos import batches as batch_repo
 from app.db.repos import counters as counter_repo
 from app.db.repos import epochs as epoch_repo
@@ -90,6 +91,7 @@ from app.speculation.planner import CoveragePolicy, Plan, PlanInput, plan
 
 log = logging.getLogger("submitqueue.controllers")
 
+Dispatch = tuple[str, BaseModel, str]  # topic, message, message id
 ACTIVE = (BatchState.CREATED, BatchState.SPECULATING, BatchState.MERGING, BatchState.CANCELLING)
 DEFAULT_MEAN_BUILD_MS = 600_000.0  # until this process has seen a build of the queue end
 DURATION_WEIGHT = 0.2  # weight of the newest build in the running mean
@@ -140,6 +142,8 @@ class SpeculateController:
         self.scoring = QueueScoring(deps)
         self._read_up_to: dict[str, int] = {}  # queue -> latest_seq before its last run
         self._mean_build_ms: dict[str, float] = {}
+        self._memos: dict[str, tuple[Memo[Batch], Memo[PathSet]]] = {}
+        self._sent: dict[str, dict[str, set[str]]] = {}  # queue -> head -> message ids
 
     async def process(self, delivery: Delivery) -> None:
         msg = EntityMsg.model_validate(delivery.payload)
@@ -239,13 +243,22 @@ class SpeculateController:
             self.deps.metrics.timed("planner", snap.queue, time.perf_counter() - started, ok)
 
     async def _snapshot(self, queue: str) -> Snapshot:
+        """The queue as stored. Rows that did not change since this process's previous
+        snapshot of the queue are not decoded again (``Memo``: compared column by
+        column, so whatever wrote a row, a changed row is read as stored)."""
+        batch_memo, set_memo = self._memos.setdefault(queue, (Memo(), Memo()))
+        batch_memo.fresh()
+        set_memo.fresh()
         async with self.deps.db.read() as s:
             plan_version = await counter_repo.plan_version(s, queue=queue)
-            active = await batch_repo.list_by_states(s, queue=queue, states=ACTIVE)
+            active = await batch_repo.list_by_states(s, queue=queue, states=ACTIVE,
+                                                     memo=batch_memo)
             batches = {b.id: b for b in active}
             dep_ids = {d for b in active for d in b.dependencies} - set(batches)
-            batches.update(await batch_repo.get_many(s, queue=queue, ids=dep_ids))
-            sets = await spec_repo.path_sets(s, queue=queue, heads=[b.id for b in active])
+            batches.update(await batch_repo.get_many(s, queue=queue, ids=dep_ids,
+                                                     memo=batch_memo))
+            sets = await spec_repo.path_sets(s, queue=queue, heads=[b.id for b in active],
+                                             memo=set_memo)
             keys = [(e.id, e.attempt) for ps in sets.values() for e in ps.entries
                     if e.status.live]
             links = await spec_repo.links(s, queue=queue, keys=keys)
@@ -334,7 +347,8 @@ class SpeculateController:
                                          count=snap.rebuilt)
             for new in changed.values():
                 snap.put(new)
-            await self._dispatch(s, outbox, snap, result)
+            news = await self._dispatch(s, outbox, snap, result)
+        self._mark_sent(snap.queue, news)
         self.deps.metrics.rebuilt_after_move(snap.queue, snap.rebuilt)
         snap.plan_version += 1
         if result.rebuilds or any(d.bypass for d in result.decisions):
@@ -373,8 +387,9 @@ class SpeculateController:
 
     # -- dispatch --------------------------------------------------------------
     async def _dispatch(self, s: AsyncSession, outbox: Outbox, snap: Snapshot,
-                        result: Plan) -> None:
-        """What the plan decided, published in its transaction."""
+                        result: Plan) -> list[Dispatch]:
+        """What the plan decided, published in its transaction; returns the builds and
+        news published (``_mark_sent`` once committed)."""
         for d in result.decisions:
             batch = snap.batches[d.head]
             if d.kind == "merge":
@@ -387,23 +402,43 @@ class SpeculateController:
             else:
                 await outbox.publish_many([self._conclude_message(
                     batch, message_id=f"{batch.id}/conclude/speculate")])
-        await outbox.publish_many(self._passed_logs(snap) + self._builds(snap))
+        news = self._unsent(snap, self._passed_logs(snap) + self._builds(snap))
+        await outbox.publish_many(news)
+        return news
 
     async def _dispatch_unwritten(self, snap: Snapshot) -> None:
         """A run that wrote nothing still dispatches builds a stopped run wrote but did
         not dispatch (pending, not linked; the same message ids) and the passed paths'
         news."""
-        for topic, msg, mid in self._passed_logs(snap) + self._builds(snap):
+        news = self._unsent(snap, self._passed_logs(snap) + self._builds(snap))
+        for topic, msg, mid in news:
             await self.deps.publish(topic, msg, message_id=mid)
+        self._mark_sent(snap.queue, news)
 
-    def _builds(self, snap: Snapshot) -> list[tuple[str, BaseModel, str]]:
+    def _unsent(self, snap: Snapshot, items: list[Dispatch]) -> list[Dispatch]:
+        """``items`` but those this process already published (and committed) in an
+        earlier run: the same ids, which the queue would store nothing for. A passed
+        path waiting on a deep queue is otherwise announced again by every run. What
+        heads no longer active held is forgotten."""
+        sent = self._sent.setdefault(snap.queue, {})
+        for head in [h for h in sent if h not in snap.batches or
+                     snap.batches[h].state.terminal]:
+            del sent[head]
+        return [x for x in items if x[2] not in sent.get(_head_of(x), ())]
+
+    def _mark_sent(self, queue: str, items: list[Dispatch]) -> None:
+        sent = self._sent.setdefault(queue, {})
+        for x in items:
+            sent.setdefault(_head_of(x), set()).add(x[2])
+
+    def _builds(self, snap: Snapshot) -> list[Dispatch]:
         return [(BUILD, BuildMsg(id=head.id, queue=head.queue, path_id=e.id,
                                  attempt=e.attempt), f"{head.id}/build/{e.id}/{e.attempt}")
                 for head in snap.active(BatchState.SPECULATING)
                 for e in snap.entries.get(head.id, [])
                 if e.status is PathStatus.PENDING and not snap.linked(e)]
 
-    def _passed_logs(self, snap: Snapshot) -> list[tuple[str, BaseModel, str]]:
+    def _passed_logs(self, snap: Snapshot) -> list[Dispatch]:
         """``waiting`` for a passed path whose dependencies have not settled;
         ``invalidated`` for a passed path a settled dependency contradicted."""
         now = self.deps.now()
@@ -422,7 +457,7 @@ class SpeculateController:
         return [(LOG, x, x.log_id) for x in map(LogMsg.of, logs)]
 
     def _merge_messages(self, batch: Batch, round_: int, extra: dict[str, object] | None
-                        ) -> list[tuple[str, BaseModel, str]]:
+                        ) -> list[Dispatch]:
         """The ``speculated`` logs and the ``merge`` of ``batch``'s round ``round_``."""
         suffix = epoch_repo.round_suffix(round_)
         now = self.deps.now()
@@ -457,6 +492,14 @@ class SpeculateController:
         await self.deps.publish(topic, msg, message_id=mid)
 
     @staticmethod
-    def _conclude_message(batch: Batch, *, message_id: str) -> tuple[str, BaseModel, str]:
+    def _conclude_message(batch: Batch, *, message_id: str) -> Dispatch:
         return (CONCLUDE, ConcludeMsg(id=batch.id, queue=batch.queue,
                                       failure_reason=batch.failure_reason), message_id)
+
+
+def _head_of(item: Dispatch) -> str:
+    """The batch a build or passed-path news is about."""
+    msg = item[1]
+    if isinstance(msg, BuildMsg):
+        return msg.id
+    return str(msg.metadata.get("batch_id", "")) if isinstance(msg, LogMsg) else ""

@@ -73,36 +73,48 @@ class _Flip:
     cost: float
 
 
-class _HeadPlan:
-    """Everything needed to enumerate one head's paths."""
+@dataclass(frozen=True, slots=True)
+class _Dep:
+    """What a dependency contributes to any head's paths (the same for every head that
+    names it, so it is worked out once per generator)."""
 
-    def __init__(self, head: Batch, res: Mapping[str, Resolution],
-                 probs: Mapping[str, float], weight: float = 0.0) -> None:
+    preferred: Assumption
+    fixed: bool  # settled: its assumption is a fact, not a choice
+    p: float = 0.0  # P(succeeds), when unresolved
+    log_pref: float = 0.0  # ln P(preferred side), when unresolved
+    cost: float = 0.0  # ln P(preferred) - ln P(other side), when unresolved
+
+
+def _dep(r: Resolution, prob: object) -> _Dep:
+    if r is Resolution.SUCCEEDED:
+        return _Dep(Assumption.SUCCEEDS, True)
+    if r is Resolution.FAILED:
+        return _Dep(Assumption.FAILS, True)
+    p = sanitize(prob)
+    pref, opp = (p, 1.0 - p) if p >= 0.5 else (1.0 - p, p)
+    return _Dep(Assumption.SUCCEEDS if p >= 0.5 else Assumption.FAILS, False, p,
+                math.log(pref), math.log(pref) - math.log(opp))
+
+
+class _HeadPlan:
+    """Everything needed to enumerate one head's paths. Built in one pass over the
+    head's dependencies (each looked up in the generator's per-dependency table); the
+    flip order, needed only once a head's second path is asked for, is sorted then."""
+
+    def __init__(self, head: Batch, deps: Sequence[_Dep], weight: float = 0.0) -> None:
         self.head = head
         self.weight = weight
-        preferred: list[Assumption] = []
-        logs: list[float] = []
-        flips: list[_Flip] = []
-        self.fixed: dict[str, Assumption] = {}
-        self.prob: dict[str, float] = {}
-        for i, dep in enumerate(head.dependencies):
-            r = res.get(dep, Resolution.UNRESOLVED)
-            if r is Resolution.SUCCEEDED:
-                preferred.append(Assumption.SUCCEEDS)
-                self.fixed[dep] = Assumption.SUCCEEDS
-            elif r is Resolution.FAILED:
-                preferred.append(Assumption.FAILS)
-                self.fixed[dep] = Assumption.FAILS
-            else:
-                p = sanitize(probs.get(dep, DEFAULT_PROBABILITY))
-                self.prob[dep] = p
-                pref, opp = (p, 1.0 - p) if p >= 0.5 else (1.0 - p, p)
-                preferred.append(Assumption.SUCCEEDS if p >= 0.5 else Assumption.FAILS)
-                logs.append(math.log(pref))
-                flips.append(_Flip(i, math.log(pref) - math.log(opp)))
-        self.preferred = tuple(preferred)
-        self.base = math.fsum(logs)
-        self.flips = tuple(sorted(flips, key=lambda f: (f.cost, f.dep_index)))
+        self._deps = deps
+        self.preferred = tuple(d.preferred for d in deps)
+        self.base = math.fsum([d.log_pref for d in deps if not d.fixed])
+        self._flips: tuple[_Flip, ...] | None = None
+
+    @property
+    def flips(self) -> tuple[_Flip, ...]:
+        if self._flips is None:
+            flips = [_Flip(i, d.cost) for i, d in enumerate(self._deps) if not d.fixed]
+            self._flips = tuple(sorted(flips, key=lambda f: (f.cost, f.dep_index)))
+        return self._flips
 
     def path(self, flip_positions: tuple[int, ...]) -> SpeculationPath:
         assumptions = list(self.preferred)
@@ -144,15 +156,14 @@ class _HeadPlan:
             return -math.inf
         logs: list[float] = []
         flipped = False
-        for i, (dep, a) in enumerate(path.dependencies):
+        for i, (_, a) in enumerate(path.dependencies):
             flipped = flipped or a is not self.preferred[i]
-            fixed = self.fixed.get(dep)
-            if fixed is not None:
-                if fixed is not a:
+            d = self._deps[i]
+            if d.fixed:
+                if d.preferred is not a:
                     return -math.inf
                 continue
-            p = self.prob[dep]
-            logs.append(math.log(p if a is Assumption.SUCCEEDS else 1.0 - p))
+            logs.append(math.log(d.p if a is Assumption.SUCCEEDS else 1.0 - d.p))
         return math.fsum(logs) + (self.weight if flipped else 0.0)
 
 
@@ -175,7 +186,11 @@ class Generator:
         weights = alternative_weights or {}
         if any(w > 0 or math.isnan(w) for w in weights.values()):
             raise ValueError("alternative weights are log-probabilities: <= 0")
-        self._plans = [_HeadPlan(h, res, probs, weights.get(h.id, 0.0)) for h in heads]
+        named = {d for h in heads for d in h.dependencies}
+        table = {d: _dep(res.get(d, Resolution.UNRESOLVED), probs.get(d, DEFAULT_PROBABILITY))
+                 for d in named}
+        self._plans = [_HeadPlan(h, list(map(table.__getitem__, h.dependencies)),
+                                 weights.get(h.id, 0.0)) for h in heads]
         self._by_head = {p.head.id: p for p in self._plans}
 
     def __iter__(self) -> Iterator[Candidate]:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.dialect import insert_ignore
 from app.db.locking import conditional_update
+from app.db.memo import Memo
 from app.db.repos._rows import batch_from_row, dumps
 from app.db.tables import batch_claims as bc
 from app.db.tables import batches as t
@@ -40,22 +42,30 @@ async def get(session: AsyncSession, *, queue: str, id: str) -> Batch:
     return batch_from_row(row)
 
 
-async def get_many(session: AsyncSession, *, queue: str, ids: Iterable[str]) -> dict[str, Batch]:
+async def get_many(session: AsyncSession, *, queue: str, ids: Iterable[str],
+                   memo: Memo[Batch] | None = None) -> dict[str, Batch]:
     wanted = sorted(set(ids))
     if not wanted:
         return {}
     rows = await session.execute(sa.select(t).where(t.c.queue == queue, t.c.id.in_(wanted)))
-    return {r.id: batch_from_row(r) for r in rows}
+    return {r.id: _decode(r, memo) for r in rows}
 
 
 async def list_by_states(
-    session: AsyncSession, *, queue: str, states: Sequence[BatchState]
+    session: AsyncSession, *, queue: str, states: Sequence[BatchState],
+    memo: Memo[Batch] | None = None,
 ) -> list[Batch]:
-    """Batches in any of the states, oldest (lowest number) first."""
+    """Batches in any of the states, oldest (lowest number) first. ``memo``: rows
+    unchanged since the memo decoded them are not parsed again."""
     rows = await session.execute(
         sa.select(t).where(t.c.queue == queue, t.c.state.in_([s.value for s in states]))
     )
-    return sorted((batch_from_row(r) for r in rows), key=lambda b: batch_number(b.id))
+    return sorted((_decode(r, memo) for r in rows), key=lambda b: batch_number(b.id))
+
+
+def _decode(row: sa.Row[Any], memo: Memo[Batch] | None) -> Batch:
+    return batch_from_row(row) if memo is None else \
+        memo.get((row.queue, row.id), row, batch_from_row)
 
 
 async def for_request(session: AsyncSession, *, queue: str, request_id: str) -> list[Batch]:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.dialect import insert_ignore
 from app.db.locking import conditional_update
+from app.db.memo import Memo
 from app.db.repos._rows import build_from_row, dumps, entries_from_json, entries_to_json
 from app.db.tables import builds as bt
 from app.db.tables import path_builds as pbt
@@ -19,18 +21,25 @@ from app.domain.states import BuildStatus
 
 
 async def path_sets(
-    session: AsyncSession, *, queue: str, heads: Iterable[str]
+    session: AsyncSession, *, queue: str, heads: Iterable[str],
+    memo: Memo[PathSet] | None = None,
 ) -> dict[str, PathSet]:
-    """Stored path sets by head; heads without one get an empty set at version 0."""
+    """Stored path sets by head; heads without one get an empty set at version 0.
+    ``memo``: rows unchanged since the memo decoded them are not parsed again."""
     wanted = sorted(set(heads))
     out = {h: PathSet(queue=queue, head=h) for h in wanted}
     if wanted:
         rows = await session.execute(
             sa.select(pst).where(pst.c.queue == queue, pst.c.head.in_(wanted)))
         for r in rows:
-            out[r.head] = PathSet(queue=queue, head=r.head,
-                                  entries=entries_from_json(r.entries_json), version=r.version)
+            out[r.head] = _path_set(r) if memo is None else \
+                memo.get((r.queue, r.head), r, _path_set)
     return out
+
+
+def _path_set(r: Any) -> PathSet:
+    return PathSet(queue=r.queue, head=r.head, entries=entries_from_json(r.entries_json),
+                   version=r.version)
 
 
 async def save_path_set(session: AsyncSession, *, old: PathSet, new: PathSet) -> None:

@@ -59,11 +59,15 @@ async def test_a_message_a_completed_run_read_gets_only_the_pre_step(rig: Rig) -
     assert rig.broker.keys() == [log(3, "speculating")]
     await controller.process(deliver(2, seq=6))
     assert rig.broker.keys() == [log(3, "speculating"), build(P2), build(path(3))]
-    # That run noted 6 (the first run's log was numbered 6): 6 is coalesced, 7 runs (and
-    # replays the dispatch of the paths still unlinked, with the same ids).
+    # That run noted 6 (the first run's log was numbered 6): 6 is coalesced, 7 runs; the
+    # paths it funded are still unlinked, but this process dispatched them already, so
+    # it sends nothing again; another process (or a restart) replays their dispatch,
+    # with the same ids.
     await controller.process(deliver(3, seq=6))
     assert len(rig.broker.keys()) == 3
     await controller.process(deliver(3, seq=7))
+    assert len(rig.broker.keys()) == 3
+    await SpeculateController(rig.deps).process(deliver(3, seq=7))
     assert rig.broker.keys()[3:] == [build(P2), build(path(3))]
 
 
