@@ -24,11 +24,12 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from app.controllers.common import StageController, status_log
+from app.controllers.common import Deps, StageController, status_log
+from app.db.memo import Memo
 from app.db.repos import batches as batch_repo
 from app.db.repos import changes as change_repo
 from app.db.repos import requests as request_repo
-from app.domain.entities import Batch
+from app.domain.entities import Batch, ChangeDetails
 from app.domain.messages import SPECULATE, EntityMsg
 from app.domain.states import BatchState, RequestState
 from app.extensions.base import BatchChanges
@@ -42,6 +43,19 @@ REPLAY_ONLY = (BatchState.SPECULATING, BatchState.MERGING, BatchState.CANCELLING
 
 
 class DependencyAnalysisController(StageController):
+    """Each analysis reads every batch in flight and its changes: rows unchanged since
+    this process's previous analysis of the queue are not parsed again (``Memo``)."""
+
+    def __init__(self, deps: Deps) -> None:
+        super().__init__(deps)
+        self._memo: dict[str, tuple[Memo[Batch], Memo[ChangeDetails]]] = {}
+
+    def _memos(self, queue: str) -> tuple[Memo[Batch], Memo[ChangeDetails]]:
+        memos = self._memo.setdefault(queue, (Memo(), Memo()))
+        for m in memos:
+            m.fresh()
+        return memos
+
     async def process(self, delivery: Delivery) -> None:
         msg = EntityMsg.model_validate(delivery.payload)
         async with self.deps.db.read() as s:
@@ -65,10 +79,13 @@ class DependencyAnalysisController(StageController):
         async with self.deps.db.read() as s:
             members = await request_repo.get_many(s, queue=q, ids=batch.contains)
             # Every batch already in flight is ahead of this one in the queue.
-            in_flight = await batch_repo.list_by_states(s, queue=q, states=IN_FLIGHT)
+            batch_memo, details_memo = self._memos(q)
+            in_flight = await batch_repo.list_by_states(s, queue=q, states=IN_FLIGHT,
+                                                        memo=batch_memo)
             details = await change_repo.details_for(
                 s, queue=q, request_ids=[*batch.contains, *(m for b in in_flight
-                                                            for m in b.contains)])
+                                                            for m in b.contains)],
+                memo=details_memo)
         if any(members.get(m) is None or members[m].state is not RequestState.VALIDATED
                for m in batch.contains):
             log.info("batch abandoned: a member is no longer validated",

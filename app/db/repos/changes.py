@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.dialect import insert_ignore
+from app.db.memo import Memo
 from app.db.repos._rows import dumps
 from app.db.tables import changes as t
 from app.domain.entities import ChangeDetails
@@ -38,8 +40,11 @@ async def claimants(session: AsyncSession, *, queue: str, uris: Sequence[str]) -
 
 
 async def details_for(
-    session: AsyncSession, *, queue: str, request_ids: Sequence[str]
+    session: AsyncSession, *, queue: str, request_ids: Sequence[str],
+    memo: Memo[ChangeDetails] | None = None,
 ) -> dict[str, list[ChangeDetails]]:
+    """The changes' details by request. ``memo``: rows unchanged since the memo
+    decoded them are not parsed again."""
     if not request_ids:
         return {}
     rows = await session.execute(
@@ -47,5 +52,10 @@ async def details_for(
     )
     out: dict[str, list[ChangeDetails]] = defaultdict(list)
     for r in rows:
-        out[r.request_id].append(ChangeDetails.from_json(r.uri, json.loads(r.details_json)))
+        out[r.request_id].append(_details(r) if memo is None else
+                                 memo.get((r.queue, r.request_id, r.uri), r, _details))
     return dict(out)
+
+
+def _details(r: Any) -> ChangeDetails:
+    return ChangeDetails.from_json(r.uri, json.loads(r.details_json))
