@@ -198,7 +198,7 @@ class Runtime:
         checks: dict[str, dict[str, Any]] = {}
         try:
             await self.db.ping()
-            current = await migrate.current_revision(self.db.engine)
+            current = await migrate.current_revision(self.db.read_engine)
             checks["database"] = {"ok": True}
             checks["migrations"] = migration_state(current, self.settings.database_url)
         except Exception as exc:

@@ -11,8 +11,8 @@ time (see ``dependency_analysis`` for why).
 | Loaded state | Relative to checkpoint | Action |
 |---|---|---|
 | request halted | superseded | ack |
-| request ``validated``, no claim and no ``creating`` batch of it | before | in one transaction: mint ``<queue>/batch/<n>``, claim it for (request, cause), create it ``creating`` with its association; log ``batching``; publish ``dependency_analysis`` |
-| request ``validated``, a claim for (request, cause) exists (found in that transaction) | at | create nothing; replay the log and the hand-off for the claimed batch |
+| request ``validated``, no claim and no ``creating`` batch of it | before | in one transaction: mint ``<queue>/batch/<n>``, claim it for (request, cause), create it ``creating`` with its association, log ``batching``, publish ``dependency_analysis`` (the outbox) |
+| request ``validated``, a claim for (request, cause) exists (found in that transaction) | at | create nothing; log and hand off the claimed batch in that transaction |
 | request ``validated``, a ``creating`` batch of it exists (also batches from before claims) | at | replay the log and the hand-off for that batch |
 | request ``batched`` | beyond | ack |
 | request ``started`` / missing | invalid | raise ``InvalidState`` / ``NotFound`` |
@@ -20,7 +20,9 @@ time (see ``dependency_analysis`` for why).
 
 from __future__ import annotations
 
-from app.controllers.common import StageController, status_log
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.controllers.common import Dispatch, StageController, log_items, status_log
 from app.db.repos import batches as batch_repo
 from app.db.repos import requests as request_repo
 from app.db.repos.counters import next_number
@@ -43,30 +45,40 @@ class BatchController(StageController):
         if req.state is not RequestState.VALIDATED:
             raise InvalidState(f"request {req.id} is {req.state}; batch expects validated")
         creating = [b for b in existing if b.state is BatchState.CREATING]
-        batch = creating[-1] if creating else await self._create(req)
+        if creating:  # a redelivery's repair
+            await self.deps.publish_all(self._announcements(req, creating[-1]))
+        else:
+            await self._create(req)
+
+    @staticmethod
+    def _announcements(req: LandRequest, batch: Batch) -> list[Dispatch]:
         # Stamped with the batch's creation time, so a ``batched`` replayed late by
         # dependency_analysis (stamped the same) still sorts after it in the history.
-        await self.deps.publish_logs([status_log(
+        return [*log_items([status_log(
             req.queue, req.id, "batching", now=batch.created_at_ms, version=req.version,
-            metadata={"batch_id": batch.id}, occurrence=batch.id)])
-        await self.deps.publish(DEPENDENCY_ANALYSIS, EntityMsg(id=batch.id, queue=req.queue),
-                                message_id=batch.id)
+            metadata={"batch_id": batch.id}, occurrence=batch.id)]),
+            (DEPENDENCY_ANALYSIS, EntityMsg(id=batch.id, queue=req.queue), batch.id)]
 
-    async def _create(self, req: LandRequest) -> Batch:
-        """The batch of ``req``'s batching intent: the claimed one, or a new one."""
+    async def _create(self, req: LandRequest) -> None:
+        """The batch of ``req``'s batching intent, the claimed one or a new one, and its
+        announcements, in one transaction."""
+        async with self.deps.transaction() as (s, outbox):
+            batch = await self._claim(s, req)
+            await outbox.publish_many(self._announcements(req, batch))
+
+    async def _claim(self, s: AsyncSession, req: LandRequest) -> Batch:
         cause = f"validated@v{req.version}"
         now = self.deps.now()
-        async with self.deps.db.write() as s:
-            bid = await batch_repo.claimed(s, queue=req.queue, request_id=req.id, cause=cause)
-            if bid is None:
-                minted = Batch(
-                    queue=req.queue, id=batch_id(req.queue, await next_number(
-                        s, queue=req.queue, domain="batch")),
-                    contains=(req.id,), dependencies=(), state=BatchState.CREATING, version=1,
-                    created_at_ms=now, updated_at_ms=now)
-                bid = await batch_repo.claim(s, queue=req.queue, request_id=req.id,
-                                             cause=cause, batch_id=minted.id, now_ms=now)
-                if bid == minted.id:
-                    await batch_repo.create(s, batch=minted, now_ms=now)
-                    return minted
-            return await batch_repo.get(s, queue=req.queue, id=bid)
+        bid = await batch_repo.claimed(s, queue=req.queue, request_id=req.id, cause=cause)
+        if bid is None:
+            minted = Batch(
+                queue=req.queue, id=batch_id(req.queue, await next_number(
+                    s, queue=req.queue, domain="batch")),
+                contains=(req.id,), dependencies=(), state=BatchState.CREATING, version=1,
+                created_at_ms=now, updated_at_ms=now)
+            bid = await batch_repo.claim(s, queue=req.queue, request_id=req.id,
+                                         cause=cause, batch_id=minted.id, now_ms=now)
+            if bid == minted.id:
+                await batch_repo.create(s, batch=minted, now_ms=now)
+                return minted
+        return await batch_repo.get(s, queue=req.queue, id=bid)

@@ -137,12 +137,29 @@ class Deps:
         return await self.broker.publish(topic, msg.model_dump(mode="json"),
                                          partition_key=_key(topic, msg), message_id=message_id)
 
+    async def publish_all(self, items: Sequence[Dispatch]) -> None:
+        """Publish ``items`` (any topics) in one queue operation, in order."""
+        if items:
+            await self.broker.publish_many(outgoing(items))
+
     async def publish_logs(self, entries: Sequence[RequestLog]) -> None:
         if entries:
             logs = [LogMsg.of(e) for e in entries]
             await self.broker.publish_many([
                 Outgoing(LOG, x.model_dump(mode="json"), _key(LOG, x), x.log_id) for x in logs
             ])
+
+
+Dispatch = tuple[str, BaseModel, str]  # topic, message, message id
+
+
+def log_items(entries: Sequence[RequestLog]) -> list[Dispatch]:
+    return [(LOG, x, x.log_id) for x in map(LogMsg.of, entries)]
+
+
+def outgoing(items: Sequence[Dispatch]) -> list[Outgoing]:
+    return [Outgoing(topic, msg.model_dump(mode="json"), _key(topic, msg), mid)
+            for topic, msg, mid in items]
 
 
 class Outbox:
@@ -168,20 +185,17 @@ class Outbox:
     async def publish(self, topic: str, msg: BaseModel, *, message_id: str) -> PublishResult:
         return (await self.publish_many([(topic, msg, message_id)]))[0]
 
-    async def publish_many(self, items: Sequence[tuple[str, BaseModel, str]]
-                           ) -> list[PublishResult]:
+    async def publish_many(self, items: Sequence[Dispatch]) -> list[PublishResult]:
         if not items:
             return []
         if any(topic == SPECULATE for topic, _, _ in items):
             raise ValueError("speculate wake-ups are published after the commit")
-        staged = await self._deps.broker.publish_within(self._execute, [
-            Outgoing(topic, msg.model_dump(mode="json"), _key(topic, msg), mid)
-            for topic, msg, mid in items])
+        staged = await self._deps.broker.publish_within(self._execute, outgoing(items))
         self._staged.append(staged)
         return staged.results
 
     async def logs(self, entries: Sequence[RequestLog]) -> None:
-        await self.publish_many([(LOG, x, x.log_id) for x in map(LogMsg.of, entries)])
+        await self.publish_many(log_items(entries))
 
     def committed(self) -> None:
         for staged in self._staged:

@@ -4,7 +4,7 @@ one order and each sees every earlier one.
 
 | Loaded state | Relative to checkpoint | Action |
 |---|---|---|
-| batch ``creating``, members ``validated`` | before | analyse against ``created``/``speculating``/``merging`` batches; in one transaction claim each member (``batched``, v+1) and move the batch to ``created`` with its direct dependencies; then log ``batched`` per member and publish ``speculate`` |
+| batch ``creating``, members ``validated`` | before | analyse against ``created``/``speculating``/``merging`` batches; in one transaction claim each member (``batched``, v+1) and move the batch to ``created`` with its direct dependencies and log ``batched`` per member (the outbox); then publish ``speculate`` |
 | batch ``creating``, the claim loses a race (``VersionMismatch``: a cancel, say) | before | nothing was logged; the retry classifies again (a halted member: abandon) |
 | batch ``creating``, a member halted or not ``validated`` | superseded | abandon: the batch stays ``creating`` and inert; ack |
 | batch ``created`` | at | replay the member logs and ``speculate`` with the same ids |
@@ -12,11 +12,12 @@ one order and each sees every earlier one.
 | batch terminal | beyond | ack |
 | batch missing | invalid | raise ``NotFound`` |
 
-Logs follow the durable write. The ``batched`` log's timestamp is the time of the
-``created`` write (the batch's ``updated_at_ms`` while it is ``created``); replayed
-from a later state it is the batch's creation time, which precedes every later
-status of the batch, so a late replay never rolls the gateway's projection back (and
-equals the ``batching`` log's stamp, so the history still reads batching, batched).
+Logs go out with the durable write (in its transaction); replays follow it. The
+``batched`` log's timestamp is the time of the ``created`` write (the batch's
+``updated_at_ms`` while it is ``created``); replayed from a later state it is the
+batch's creation time, which precedes every later status of the batch, so a late
+replay never rolls the gateway's projection back (and equals the ``batching`` log's
+stamp, so the history still reads batching, batched).
 """  # noqa: E501 - state tables read best unwrapped
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from app.db.memo import Memo
 from app.db.repos import batches as batch_repo
 from app.db.repos import changes as change_repo
 from app.db.repos import requests as request_repo
-from app.domain.entities import Batch, ChangeDetails
+from app.domain.entities import Batch, ChangeDetails, RequestLog
 from app.domain.messages import SPECULATE, EntityMsg
 from app.domain.states import BatchState, RequestState
 from app.extensions.base import BatchChanges
@@ -62,15 +63,18 @@ class DependencyAnalysisController(StageController):
             batch = await batch_repo.get(s, queue=msg.queue, id=msg.id)
         if batch.state is BatchState.CREATING:
             enrolled = await self._enrol(batch)
-            if enrolled is None:
-                return
-            batch = enrolled
+            if enrolled is not None:  # its logs went out with the write
+                await self._wake(enrolled)
+            return
         elif batch.state in REPLAY_ONLY:
             await self._log_batched(batch, at_ms=batch.created_at_ms)
             return
         elif batch.state is not BatchState.CREATED:
             return
         await self._log_batched(batch, at_ms=batch.updated_at_ms)
+        await self._wake(batch)
+
+    async def _wake(self, batch: Batch) -> None:
         await self.deps.publish(SPECULATE, EntityMsg(id=batch.id, queue=batch.queue),
                                 message_id=batch.id)
 
@@ -102,17 +106,21 @@ class DependencyAnalysisController(StageController):
         now = self.deps.now()
         created = replace(batch, state=BatchState.CREATED, dependencies=deps,
                           version=batch.version + 1, updated_at_ms=now)
-        async with self.deps.db.write() as s:
+        async with self.deps.transaction() as (s, outbox):
             for m in batch.contains:
                 old = members[m]
                 await request_repo.update(s, old=old, new=replace(
                     old, state=RequestState.BATCHED, version=old.version + 1), now_ms=now)
             await batch_repo.update(s, old=batch, new=created, now_ms=now)
+            await outbox.logs(self._batched(created, at_ms=created.updated_at_ms))
         return created
 
     async def _log_batched(self, batch: Batch, *, at_ms: int) -> None:
-        await self.deps.publish_logs([
-            status_log(batch.queue, m, "batched", now=at_ms, occurrence=batch.id,
-                       metadata={"batch_id": batch.id, "dependencies": list(batch.dependencies)})
-            for m in batch.contains
-        ])
+        await self.deps.publish_logs(self._batched(batch, at_ms=at_ms))
+
+    @staticmethod
+    def _batched(batch: Batch, *, at_ms: int) -> list[RequestLog]:
+        return [status_log(batch.queue, m, "batched", now=at_ms, occurrence=batch.id,
+                           metadata={"batch_id": batch.id,
+                                     "dependencies": list(batch.dependencies)})
+                for m in batch.contains]

@@ -3,7 +3,7 @@
 | Loaded state | Relative to checkpoint | Action |
 |---|---|---|
 | request halted | superseded | ack (a cancel or an earlier verdict owns it; terminal: re-publish its terminal log first) |
-| request ``started``, check succeeded | before | conditional write ``validated`` (v+1); log ``validated``; publish ``batch`` |
+| request ``started``, check succeeded | before | in one transaction: conditional write ``validated`` (v+1), log ``validated``, publish ``batch`` |
 | request ``started``, check failed | before | terminate ``error`` with the conflict reason, conditional on the version read (a cancel that got there first wins: ``VersionMismatch``, retried, then halted) |
 | request ``validated`` | at | replay the log and ``batch`` with the same ids |
 | request ``batched`` | beyond | ack (never regress) |
@@ -15,7 +15,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from app.controllers.common import (
+    Dispatch,
     StageController,
+    log_items,
     repair_terminal,
     status_log,
     terminate_request,
@@ -45,13 +47,13 @@ class MergeConflictSignalController(StageController):
                                         expected=req)
                 return
             new = replace(req, state=RequestState.VALIDATED, version=req.version + 1)
-            async with self.deps.db.write() as s:
+            async with self.deps.transaction() as (s, outbox):
                 await request_repo.update(s, old=req, new=new, now_ms=self.deps.now())
-            req = new
-        await self._announce(req)
+                await outbox.publish_many(self._announcements(new))
+            return
+        await self.deps.publish_all(self._announcements(req))  # a redelivery's repair
 
-    async def _announce(self, req: LandRequest) -> None:
-        await self.deps.publish_logs([
-            status_log(req.queue, req.id, "validated", now=self.deps.now(), version=req.version)])
-        await self.deps.publish(BATCH, EntityMsg(id=req.id, queue=req.queue),
-                                message_id=req.id)
+    def _announcements(self, req: LandRequest) -> list[Dispatch]:
+        return [*log_items([status_log(req.queue, req.id, "validated", now=self.deps.now(),
+                                       version=req.version)]),
+                (BATCH, EntityMsg(id=req.id, queue=req.queue), req.id)]

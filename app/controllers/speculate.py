@@ -59,10 +59,17 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.controllers.common import Deps, Outbox, event_log, status_log, unique_id
+from app.controllers.common import (
+    Deps,
+    Dispatch,
+    Outbox,
+    event_log,
+    log_items,
+    status_log,
+    unique_id,
+)
 from app.controllers.plan_check import check_plan
 from app.controllers.scoring import QueueScoring
 from app.db.memo import Memo
@@ -91,7 +98,6 @@ from app.speculation.planner import CoveragePolicy, Plan, PlanInput, plan
 
 log = logging.getLogger("submitqueue.controllers")
 
-Dispatch = tuple[str, BaseModel, str]  # topic, message, message id
 ACTIVE = (BatchState.CREATED, BatchState.SPECULATING, BatchState.MERGING, BatchState.CANCELLING)
 DEFAULT_MEAN_BUILD_MS = 600_000.0  # until this process has seen a build of the queue end
 DURATION_WEIGHT = 0.2  # weight of the newest build in the running mean
@@ -411,8 +417,7 @@ class SpeculateController:
         not dispatch (pending, not linked; the same message ids) and the passed paths'
         news."""
         news = self._unsent(snap, self._passed_logs(snap) + self._builds(snap))
-        for topic, msg, mid in news:
-            await self.deps.publish(topic, msg, message_id=mid)
+        await self.deps.publish_all(news)
         self._mark_sent(snap.queue, news)
 
     def _unsent(self, snap: Snapshot, items: list[Dispatch]) -> list[Dispatch]:
@@ -454,7 +459,7 @@ class SpeculateController:
                       "assumptions": {d: a.value for d, a in e.path.dependencies}}
                 logs += [event_log(head.queue, m, event, now=now, occurrence=e.id, metadata=md)
                          for m in head.contains]
-        return [(LOG, x, x.log_id) for x in map(LogMsg.of, logs)]
+        return log_items(logs)
 
     def _merge_messages(self, batch: Batch, round_: int, extra: dict[str, object] | None
                         ) -> list[Dispatch]:
@@ -484,8 +489,7 @@ class SpeculateController:
             current = await batch_repo.get(s, queue=batch.queue, id=batch.id)
         if current.state is not BatchState.MERGING:
             return  # it moved on; whoever wrote its newer state dispatches what follows
-        for topic, msg, mid in self._merge_messages(batch, round_, extra):
-            await self.deps.publish(topic, msg, message_id=mid)
+        await self.deps.publish_all(self._merge_messages(batch, round_, extra))
 
     async def _conclude(self, batch: Batch, *, message_id: str) -> None:
         topic, msg, mid = self._conclude_message(batch, message_id=message_id)

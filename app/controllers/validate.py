@@ -8,7 +8,7 @@ defence, for requests that reach ``start`` some other way.
 |---|---|---|
 | request halted (terminal or cancelling) | superseded | ack (terminal: re-publish its terminal log first) |
 | request ``validated`` / ``batched`` | beyond | ack |
-| request ``started`` | before | log ``validating``; a change claimed by another live request, or one the provider rejects, ends the request ``error`` with the reason (a write conditional on the version read here); else claim the changes and publish ``mergecheck`` |
+| request ``started`` | before | log ``validating``; a change claimed by another live request, or one the provider rejects, ends the request ``error`` with the reason (a write conditional on the version read here); else claim the changes and publish ``mergecheck`` in one transaction |
 | request ``started`` when read, ``cancelling`` by the time of the ``error`` write | superseded | the write loses (``VersionMismatch``, retried); the retry finds it halted and acks: the cancel decides |
 | request missing | invalid | raise ``NotFound`` (start always persists first) |
 """  # noqa: E501 - state tables read best unwrapped
@@ -53,11 +53,11 @@ class ValidateController(StageController):
             await terminate_request(self.deps, queue=req.queue, sqid=req.id,
                                     target=RequestState.ERROR, last_error=reason, expected=req)
             return
-        async with self.deps.db.write() as s:
+        async with self.deps.transaction() as (s, outbox):
             await change_repo.claim(s, queue=req.queue, request_id=req.id, details=details,
                                     now_ms=self.deps.now())
-        await self.deps.publish(MERGECHECK, EntityMsg(id=req.id, queue=req.queue),
-                                message_id=req.id)
+            await outbox.publish(MERGECHECK, EntityMsg(id=req.id, queue=req.queue),
+                                 message_id=req.id)
 
     async def _duplicate_of(self, queue: str, sqid: str, uris: tuple[str, ...]) -> str | None:
         async with self.deps.db.read() as s:

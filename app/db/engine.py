@@ -190,8 +190,9 @@ class Database:
         self.write_lock: asyncio.Lock | None = asyncio.Lock() if self.dialect == "sqlite" else None
         self.lock_timeout_ms = lock_timeout_ms
         self._writer = async_sessionmaker(self.engine, expire_on_commit=False)
-        reader_bind = self.engine.execution_options(sqlite_begin="DEFERRED")
-        self._reader = async_sessionmaker(reader_bind, expire_on_commit=False)
+        # Reads begin deferred: they never wait for SQLite's write lock (WAL).
+        self.read_engine = self.engine.execution_options(sqlite_begin="DEFERRED")
+        self._reader = async_sessionmaker(self.read_engine, expire_on_commit=False)
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[AsyncSession]:
@@ -233,7 +234,8 @@ class Database:
             yield session
 
     async def ping(self) -> None:
-        async with self.engine.connect() as conn:
+        """A read: on SQLite it does not wait for another writer's lock."""
+        async with self.read_engine.connect() as conn:
             await conn.exec_driver_sql("SELECT 1")
 
     async def probe_write(self, *, timeout_ms: int = PROBE_TIMEOUT_MS) -> None:

@@ -120,6 +120,7 @@ class InlineConnection:
         self._connection: sqlite3.Connection | None = conn  # the adapter checks it
         self._tx = _Now()
         self.busy_ms = BUSY_MS  # the fallback's wait; the begin hook sets a writer's
+        self._waiter: asyncio.Future[Any] | None = None  # a statement in a worker thread
 
     @property
     def isolation_level(self) -> str | None:
@@ -130,12 +131,28 @@ class InlineConnection:
         self._conn.isolation_level = value  # type: ignore[assignment]
 
     async def _run(self, call: Callable[[], Any]) -> Any:
+        await self._settled()
         try:
             return call()
         except sqlite3.OperationalError as exc:
             if not is_busy(exc):
                 raise
-        return await asyncio.to_thread(self._waiting, call)
+        waiting = asyncio.get_running_loop().run_in_executor(None, self._waiting, call)
+        self._waiter = waiting
+        try:
+            return await asyncio.shield(waiting)
+        except asyncio.CancelledError:
+            # The caller gave up (a timeout, a shutdown): the statement still runs in
+            # its thread, so stop its wait there; nothing else touches the connection
+            # until it has returned (``_settled``; a close waits for it too).
+            self._conn.interrupt()
+            raise
+
+    async def _settled(self) -> None:
+        """Wait for a statement still running in a worker thread (interrupted)."""
+        waiting = self._waiter
+        if waiting is not None and not waiting.done():
+            await asyncio.wait([waiting])
 
     def _waiting(self, call: Callable[[], Any]) -> Any:
         self._conn.execute(f"PRAGMA busy_timeout = {int(self.busy_ms)}")
@@ -155,19 +172,26 @@ class InlineConnection:
         await self._run(self._conn.commit)
 
     async def rollback(self) -> None:
+        await self._settled()
         self._conn.rollback()
 
     async def close(self) -> None:
-        if self._connection is not None:
-            self._connection = None
-            self._conn.close()
+        self.stop()
 
     async def create_function(self, *args: Any, **kw: Any) -> None:
         self._conn.create_function(*args, **kw)
 
     def stop(self) -> None:
-        if self._connection is not None:
-            self._connection = None
+        """Close now, or as soon as a statement running in a worker thread returns
+        (closing a connection under a running statement crashes the process)."""
+        if self._connection is None:
+            return
+        self._connection = None
+        waiting = self._waiter
+        if waiting is not None and not waiting.done():
+            self._conn.interrupt()
+            waiting.add_done_callback(lambda _: self._conn.close())
+        else:
             self._conn.close()
 
 

@@ -17,6 +17,7 @@ import pytest
 from app.controllers import cancel as cancel_module
 from app.controllers import start as start_module
 from app.controllers.batch import BatchController
+from app.controllers.common import Outbox
 from app.controllers.dependency_analysis import DependencyAnalysisController
 from app.controllers.dlq import reconcilers
 from app.controllers.validate import ValidateController
@@ -238,8 +239,8 @@ async def test_dependency_analysis_logs_batched_only_after_its_write(
         # The claim loses a race once (as to a cancel); the retry succeeds.
         hook(monkeypatch, batch_repo, "update", when=claims_member, trace=trace,
              label="write", raises=lambda: VersionMismatch("injected: lost the claim race"))
-        hook(monkeypatch, rt.deps, "publish_logs", when=logs_batched, trace=trace, label="log",
-             times=0)
+        hook(monkeypatch, Outbox, "logs", when=lambda _outbox, entries: logs_batched(entries),
+             trace=trace, label="log", times=0)
         await rt.broker.resume(ORCH, m.DEPENDENCY_ANALYSIS)
         assert await server.wait_terminal(sqid) == "landed"
         assert trace[:2] == [("write", "enter"), ("write", "raise")], trace
@@ -251,37 +252,26 @@ async def test_dependency_analysis_logs_batched_only_after_its_write(
             statuses.index("speculating"), statuses
 
 
-async def test_batched_is_logged_when_dependency_analysis_dies_after_its_write(
+async def test_batched_is_logged_with_the_write_when_dependency_analysis_dies_after_it(
     database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The crash property the write-then-log order must keep: DA wrote ``created`` and
-    died before its logs; another speculate run admits the batch before DA's
-    redelivery, which finds it ``speculating`` and still publishes ``batched``."""
+    """DA's ``created`` write and its ``batched`` logs commit together (the outbox): a DA
+    that dies after that commit, before its ``speculate`` wake-up, has logged already;
+    its redelivery finds the batch ``created`` and replays the logs (no-ops) and the
+    wake-up, and the request lands with its history in order."""
     async with serve(database_url, tmp_path) as server:
-        rt = server.runtime
-        dying = hook(monkeypatch, DependencyAnalysisController, "_log_batched", pause="entry")
-        await rt.broker.pause(ORCH, m.BUILD)  # keeps the batch from landing before the replay
+        dying = hook(monkeypatch, DependencyAnalysisController, "_wake", pause="entry")
         sqid = await server.land(change("dies", files="a/x.py"))
         await dying.reached()
         (batch,) = await batches_of(server, sqid)
         assert batch.state is BatchState.CREATED
-        # Another run of the queue (a wake-up, the resync) admits the stranded batch.
-        await rt.broker.publish(m.SPECULATE, {"id": batch.id, "queue": "demo"},
-                                partition_key="demo", message_id=f"{batch.id}/wake")
-
-        async def admitted() -> bool:
-            (b,) = await batches_of(server, sqid)
-            return b.state is not BatchState.CREATED
-
-        await until("admitted", admitted)
-        dying.release(ConnectionError("injected: died before logging"))
-        await dying.exited(2)  # the redelivery, which found the batch beyond ``created``
 
         async def logged() -> bool:
             return "batched" in await server.statuses(sqid)
 
-        await until("batched logged", logged)
-        await rt.broker.resume(ORCH, m.BUILD)
+        await until("batched logged before the wake-up", logged)
+        dying.release(ConnectionError("injected: died before the wake-up"))
+        await dying.exited(2)  # the redelivery's wake-up
         assert await server.wait_terminal(sqid) == "landed"
         statuses = await server.statuses(sqid)
         assert statuses.index("batching") < statuses.index("batched") < \

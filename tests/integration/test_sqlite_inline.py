@@ -107,3 +107,27 @@ async def test_a_lock_released_within_the_budget_lets_the_writer_through(
         await s.execute(counters.insert().values(queue="q", domain="late", value=1))
     async with db.read() as s:
         assert (await s.execute(sa.select(counters.c.domain))).scalars().all() == ["late"]
+
+
+async def test_a_writer_given_up_while_it_waits_for_the_lock_is_closed_safely(
+        tmp_path: Path, db: Database) -> None:
+    """A timeout cancels a writer whose ``BEGIN IMMEDIATE`` waits in a worker thread;
+    the pool then closes its connection. Closing it under the running statement crashed
+    the process (a segfault in ``/readyz`` under a held lock); now the wait is
+    interrupted and the close waits for the thread to return."""
+    other = sqlite3.connect(tmp_path / "inline.db", isolation_level=None,
+                            check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        for _ in range(3):
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.2), db.write() as s:
+                    await s.execute(counters.insert().values(queue="q", domain="x", value=1))
+        await db.engine.dispose()
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    async with db.write() as s:
+        await s.execute(counters.insert().values(queue="q", domain="y", value=1))
+    async with db.read() as s:
+        assert (await s.execute(sa.select(counters.c.domain))).scalars().all() == ["y"]
