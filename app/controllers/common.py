@@ -178,9 +178,7 @@ class Outbox:
         self._staged: list[Staged] = []
 
     async def _execute(self, sql: str, params: Any) -> list[dict[str, Any]]:
-        conn = await self._session.connection()
-        result = await conn.exec_driver_sql(sql, params)
-        return [dict(r._mapping) for r in result] if result.returns_rows else []
+        return await self._deps.db.execute_raw(self._session, sql, params)
 
     async def publish(self, topic: str, msg: BaseModel, *, message_id: str) -> PublishResult:
         return (await self.publish_many([(topic, msg, message_id)]))[0]

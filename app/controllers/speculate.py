@@ -8,9 +8,9 @@ Dirty signals coalesce on the queue's sequence numbers, never on clocks: before 
 reads its snapshot it notes the highest message number stored (``latest_seq``); once
 the run completes, a message of that queue numbered at or below it only gets the cheap
 pre-step. Why that drops nothing: every ``speculate`` publisher writes first and
-publishes after (the run's own recovery wake-ups, published before its writes, are
-numbered above the mark it read), and a number at or below the mark was assigned before
-the mark was read, so the write it announces committed before the snapshot. The mark is
+publishes after its commit (never through the outbox), and a number at or below the
+mark was assigned before the mark was read, so the write it announces committed before
+the snapshot. The mark is
 this process's own and only grows from runs that completed; another process (or a
 restart) starts without one and runs. A resync job (``app/controllers/resync.py``)
 wakes every queue with active batches periodically, so a lost wake-up cannot stall one.
@@ -37,9 +37,15 @@ The run, over every active batch (``created``/``speculating``/``merging``/``canc
 | ``merging`` | nothing (its outcome arrives through ``mergesignal``); its live paths hold budget |
 
 Writes: the whole plan (changed path sets, ``merging``/``failed`` transitions, grown
-dependency lists) is one transaction of conditional writes, after a recovery
-``speculate`` message per decided batch; dispatch (``merge``, ``conclude``, ``build``
-with stable ids) follows the write. The transaction is fenced by the queue's plan
+dependency lists) and its dispatch (``speculated`` logs and ``merge`` per merge,
+``conclude`` per failure, ``build`` per new path, the passed paths' ``waiting`` /
+``invalidated`` news; stable ids) are one transaction (conditional writes, and the
+messages through the outbox): a run that stops after its plan committed has dispatched
+it too, so no recovery wake-up is needed. A run that writes nothing still dispatches
+builds written but not dispatched (pending, not linked). News and builds this process
+already published and committed are not published again (``_unsent``); another
+process or a restart replays them with the same ids. Rows unchanged since the previous
+snapshot of the queue are not parsed again (``app/db/memo.py``). The transaction is fenced by the queue's plan
 version, read first in the snapshot and advanced by every plan written: a run whose
 snapshot predates another run's plan (a stale holder beside its successor after a
 lost lease) loses even when it would write only rows the other did not touch, so two

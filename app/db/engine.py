@@ -177,7 +177,13 @@ class Database:
     begin: SQLite allows one writer at a time anyway, and waiting here costs nothing
     while waiting in SQLite's busy handler sleeps for up to 100 ms at a time. The
     queue's SQLite backend can share the same lock (``write_lock``). Never publish to
-    the queue inside a ``write()`` block.
+    the queue through the broker inside a ``write()`` block (its SQLite backend waits
+    for the lock the block holds); publish through the block's own connection instead
+    (the transactional outbox, ``Deps.transaction`` in ``app/controllers/common.py``).
+
+    SQLite statements run on the event loop's thread (``app/db/sqlite_inline.py``): a
+    transaction never yields to the loop between statements, so the lock is held only
+    while SQLite works.
     """
 
     def __init__(self, url: str, *, echo: bool = False,
@@ -232,6 +238,37 @@ class Database:
     async def read(self) -> AsyncIterator[AsyncSession]:
         async with self._reader() as session, session.begin():
             yield session
+
+    async def execute_raw(self, session: AsyncSession, sql: str,
+                          params: Any) -> list[dict[str, Any]]:
+        """Run one statement, in the driver's own parameter style, on ``session``'s
+        connection and in its transaction, straight through the driver: SQLAlchemy's
+        statement machinery is skipped (it costs more than the statement on these hot,
+        already-compiled queue statements). Counted in ``stats`` like any other. Falls
+        back to ``exec_driver_sql`` where the driver connection is not one it knows or
+        no transaction was begun on it yet."""
+        conn = await session.connection()
+        raw = await conn.get_raw_connection()
+        driver: Any = raw.driver_connection
+        adapter: Any = raw.dbapi_connection
+        if isinstance(driver, sqlite_inline.InlineConnection):
+            self._count(sql)
+            cur = await driver.execute(sql, params)
+            cols = [c[0] for c in cur.description] if cur.description else []
+            return [dict(zip(cols, r, strict=True)) for r in await cur.fetchall()] \
+                if cols else []
+        mutex = getattr(adapter, "_execute_mutex", None)
+        if self.dialect == "postgresql" and mutex is not None and \
+                getattr(adapter, "_transaction", None) is not None:
+            self._count(sql)
+            async with mutex:
+                return [dict(r) for r in await driver.fetch(sql, *params)]
+        result = await conn.exec_driver_sql(sql, params)  # counted by the engine's event
+        return [dict(r._mapping) for r in result] if result.returns_rows else []
+
+    def _count(self, sql: str) -> None:
+        word = sql.lstrip()[:9].split(None, 1)
+        self.stats.statements[_KINDS.get(word[0].lower(), "other") if word else "other"] += 1
 
     async def ping(self) -> None:
         """A read: on SQLite it does not wait for another writer's lock."""

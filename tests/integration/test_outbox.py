@@ -1,0 +1,92 @@
+"""The transactional outbox (``Deps.transaction``, ``Broker.publish_within``): messages
+published in a write transaction are stored with its writes or not at all, wake
+consumers only once committed, and deduplicate like any publish; on both databases,
+through the drivers' own connections (``Database.execute_raw``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, cast
+
+import pytest
+import sqlalchemy as sa
+
+from app.controllers.common import Deps
+from app.controllers.pipeline import TopicSettings, build_topology
+from app.db.engine import Database
+from app.db.tables import counters
+from app.domain.messages import SPECULATE, VALIDATE, EntityMsg
+from app.queue import Broker, backend_for_url
+from tests.conftest import BACKENDS
+
+pytestmark = pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+
+
+@asynccontextmanager
+async def world(database_url: str) -> AsyncIterator[Deps]:
+    db = Database(database_url)
+    broker = Broker(backend_for_url(database_url, sqlite_write_lock=db.write_lock),
+                    build_topology(TopicSettings()))
+    await broker.start()
+    try:
+        yield Deps(db=db, broker=broker, extensions=lambda _q: cast(Any, None))
+    finally:
+        await broker.close()
+        await db.dispose()
+
+
+async def rows(db: Database) -> list[str]:
+    async with db.read() as s:
+        return list((await s.execute(sa.select(counters.c.domain).where(
+            counters.c.queue == "q"))).scalars())
+
+
+async def test_messages_commit_with_the_write_and_wake_consumers_after(
+        database_url: str) -> None:
+    async with world(database_url) as deps:
+        waker = deps.broker.waker(VALIDATE)
+        statements = sum(deps.db.stats.statements.values())
+        async with deps.transaction() as (s, outbox):
+            await s.execute(counters.insert().values(queue="q", domain="written", value=1))
+            (result,) = await outbox.publish_many(
+                [(VALIDATE, EntityMsg(id="q/1", queue="q"), "q/1")])
+            assert result.created
+            assert not waker.is_set(), "woken before the commit"
+        assert waker.is_set()
+        assert sum(deps.db.stats.statements.values()) > statements + 1  # counted too
+        (stored,) = await deps.broker.find_messages(VALIDATE, "q/1")
+        assert json.loads(stored.payload_json) == {"id": "q/1", "queue": "q"}
+        assert stored.partition_key == "q"
+        assert await rows(deps.db) == ["written"]
+        assert deps.broker.published[VALIDATE] == 1
+        # the same id again, in another transaction: stored once
+        async with deps.transaction() as (_, outbox):
+            (again,) = await outbox.publish_many(
+                [(VALIDATE, EntityMsg(id="q/1", queue="q"), "q/1")])
+        assert not again.created
+        assert len(await deps.broker.find_messages(VALIDATE, "q/1")) == 1
+
+
+async def test_a_rolled_back_write_takes_its_messages_with_it(database_url: str) -> None:
+    async with world(database_url) as deps:
+        waker = deps.broker.waker(VALIDATE)
+        with pytest.raises(RuntimeError, match="after publishing"):
+            async with deps.transaction() as (s, outbox):
+                await s.execute(counters.insert().values(queue="q", domain="lost", value=1))
+                await outbox.publish_many([(VALIDATE, EntityMsg(id="q/2", queue="q"), "q/2")])
+                raise RuntimeError("the controller failed after publishing")
+        assert await deps.broker.find_messages(VALIDATE, "q/2") == []
+        assert await rows(deps.db) == []
+        assert not waker.is_set()
+        assert deps.broker.published[VALIDATE] == 0
+
+
+async def test_speculate_wake_ups_are_refused_inside_a_transaction(database_url: str) -> None:
+    async with world(database_url) as deps:
+        with pytest.raises(ValueError, match="after the commit"):
+            async with deps.transaction() as (_, outbox):
+                await outbox.publish(SPECULATE, EntityMsg(id="q/batch/1", queue="q"),
+                                     message_id="q/batch/1")
+        assert await deps.broker.find_messages(SPECULATE, "q/batch/1") == []
