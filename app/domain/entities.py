@@ -94,11 +94,28 @@ class SpeculationPath:
 
     head: str
     dependencies: tuple[tuple[str, Assumption], ...]
+    _id: str = field(default="", init=False, repr=False, compare=False)
+    _sides: tuple[frozenset[str], frozenset[str]] | None = field(
+        default=None, init=False, repr=False, compare=False)
 
     @property
     def id(self) -> str:
-        text = self.head + "".join(f"\n{dep}={a.value}" for dep, a in self.dependencies)
-        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+        """A digest of the head and every assumption: worked out once per path (a deep
+        queue's planner asks for it many times per run)."""
+        if not self._id:
+            text = self.head + "".join(f"\n{dep}={a.value}" for dep, a in self.dependencies)
+            object.__setattr__(self, "_id", hashlib.sha256(text.encode("utf-8")).hexdigest())
+        return self._id
+
+    @property
+    def sides(self) -> tuple[frozenset[str], frozenset[str]]:
+        """(dependencies assumed to succeed, those assumed to fail), worked out once."""
+        if self._sides is None:
+            object.__setattr__(self, "_sides", (
+                frozenset(d for d, a in self.dependencies if a is Assumption.SUCCEEDS),
+                frozenset(d for d, a in self.dependencies if a is Assumption.FAILS)))
+        assert self._sides is not None
+        return self._sides
 
     @property
     def base(self) -> tuple[str, ...]:

@@ -29,8 +29,41 @@ def resolution(state: BatchState) -> Resolution:
     return Resolution.UNRESOLVED
 
 
+class Facts(dict[str, Resolution]):
+    """Resolutions by batch id that also keep the settled ones as sets, so checking a
+    path against them costs about the number of settled outcomes it could contradict
+    rather than its length (a deep queue's paths name every batch ahead). Kept up to
+    date by item assignment (the only way the planner changes it)."""
+
+    def __init__(self, items: Mapping[str, Resolution]) -> None:
+        super().__init__(items)
+        self.failed = {d for d, r in self.items() if r is Resolution.FAILED}
+        self.succeeded = {d for d, r in self.items() if r is Resolution.SUCCEEDED}
+
+    def __setitem__(self, key: str, value: Resolution) -> None:
+        super().__setitem__(key, value)
+        self.failed.discard(key)
+        self.succeeded.discard(key)
+        if value is Resolution.FAILED:
+            self.failed.add(key)
+        elif value is Resolution.SUCCEEDED:
+            self.succeeded.add(key)
+
+    def __delitem__(self, key: str) -> None:
+        raise TypeError("facts are never forgotten")
+
+    def update(self, *_: object, **__: object) -> None:
+        raise TypeError("assign facts one by one")
+
+    def setdefault(self, *_: object, **__: object) -> Resolution:
+        raise TypeError("assign facts one by one")
+
+
 def broken(path: SpeculationPath, res: Mapping[str, Resolution]) -> bool:
     """A settled dependency contradicts one of the path's assumptions."""
+    if isinstance(res, Facts):
+        succeeds, fails = path.sides
+        return not res.failed.isdisjoint(succeeds) or not res.succeeded.isdisjoint(fails)
     for dep, assumption in path.dependencies:
         r = res.get(dep, Resolution.UNRESOLVED)
         if assumption is Assumption.SUCCEEDS and r is Resolution.FAILED:
@@ -42,6 +75,9 @@ def broken(path: SpeculationPath, res: Mapping[str, Resolution]) -> bool:
 
 def settled(path: SpeculationPath, res: Mapping[str, Resolution]) -> bool:
     """Every assumption came true: the path is exactly what trunk will contain."""
+    if isinstance(res, Facts):
+        succeeds, fails = path.sides
+        return succeeds <= res.succeeded and fails <= res.failed
     return not broken(path, res) and all(
         res.get(dep, Resolution.UNRESOLVED) is not Resolution.UNRESOLVED
         for dep, _ in path.dependencies

@@ -82,8 +82,8 @@ class _Run:
         self.linked = linked
         self.deps: dict[str, tuple[str, ...]] = {
             bid: b.dependencies for bid, b in inp.batches.items()}
-        self.res: dict[str, Resolution] = {
-            bid: core.resolution(b.state) for bid, b in inp.batches.items()}
+        self.res: dict[str, Resolution] = core.Facts({
+            bid: core.resolution(b.state) for bid, b in inp.batches.items()})
         self.merging = {bid for bid, b in inp.batches.items() if b.state is BatchState.MERGING}
         self.entries: dict[str, list[PathEntry]] = {h: list(es) for h, es in inp.entries.items()}
         self.heads = sorted((b for b in inp.batches.values()
