@@ -143,11 +143,7 @@ class Deps:
             await self.broker.publish_many(outgoing(items))
 
     async def publish_logs(self, entries: Sequence[RequestLog]) -> None:
-        if entries:
-            logs = [LogMsg.of(e) for e in entries]
-            await self.broker.publish_many([
-                Outgoing(LOG, x.model_dump(mode="json"), _key(LOG, x), x.log_id) for x in logs
-            ])
+        await self.publish_all(log_items(entries))
 
 
 Dispatch = tuple[str, BaseModel, str]  # topic, message, message id
