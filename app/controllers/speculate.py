@@ -43,19 +43,21 @@ dependency lists) and its dispatch (``speculated`` logs and ``merge`` per merge,
 messages through the outbox): a run that stops after its plan committed has dispatched
 it too, so no recovery wake-up is needed. A run that writes nothing still dispatches
 builds written but not dispatched (pending, not linked). News and builds this process
-already published and committed are not published again (``_unsent``); another
+already published and committed are not published again (``_news``); another
 process or a restart replays them with the same ids. Rows unchanged since the previous
-snapshot of the queue are not parsed again (``app/db/memo.py``). The transaction is fenced by the queue's plan
-version, read first in the snapshot and advanced by every plan written: a run whose
-snapshot predates another run's plan (a stale holder beside its successor after a
-lost lease) loses even when it would write only rows the other did not touch, so two
-runs never spend one build budget twice. A lost race raises ``VersionMismatch`` and
-the whole run is retried from a fresh snapshot. A plan that breaks an invariant (a build
-for a head that is not speculating, a terminal path rebuilt, a passed path cancelled
-without its head merging, the budget exceeded) is rejected: nothing is written, and the
-``PlanRejected`` / ``PlanInvariantError`` (not retryable: the same snapshot plans the same
-way) names the offending heads and this queue, so the ``speculate`` DLQ reconciler fails
-those batches only and the message's own batch is left alone.
+snapshot of the queue are not parsed again (``app/db/memo.py``).
+
+The transaction is fenced by the queue's plan version, read first in the snapshot and
+advanced by every plan written: a run whose snapshot predates another run's plan (a
+stale holder beside its successor after a lost lease) loses even when it would write
+only rows the other did not touch, so two runs never spend one build budget twice. A
+lost race raises ``VersionMismatch`` and the whole run is retried from a fresh snapshot.
+A plan that breaks an invariant (a build for a head that is not speculating, a terminal
+path rebuilt, a passed path cancelled without its head merging, the budget exceeded) is
+rejected: nothing is written, and the ``PlanRejected`` / ``PlanInvariantError`` (not
+retryable: the same snapshot plans the same way) names the offending heads and this
+queue, so the ``speculate`` DLQ reconciler fails those batches only and the message's
+own batch is left alone.
 """  # noqa: E501 - state tables read best unwrapped
 
 from __future__ import annotations
@@ -89,7 +91,6 @@ from app.domain.errors import PlanError
 from app.domain.messages import (
     BUILD,
     CONCLUDE,
-    LOG,
     MERGE,
     BuildMsg,
     ConcludeMsg,
@@ -414,7 +415,7 @@ class SpeculateController:
             else:
                 await outbox.publish_many([self._conclude_message(
                     batch, message_id=f"{batch.id}/conclude/speculate")])
-        news = self._unsent(snap, self._passed_logs(snap) + self._builds(snap))
+        news = self._news(snap)
         await outbox.publish_many(news)
         return news
 
@@ -422,20 +423,22 @@ class SpeculateController:
         """A run that wrote nothing still dispatches builds a stopped run wrote but did
         not dispatch (pending, not linked; the same message ids) and the passed paths'
         news."""
-        news = self._unsent(snap, self._passed_logs(snap) + self._builds(snap))
+        news = self._news(snap)
         await self.deps.publish_all(news)
         self._mark_sent(snap.queue, news)
 
-    def _unsent(self, snap: Snapshot, items: list[Dispatch]) -> list[Dispatch]:
-        """``items`` but those this process already published (and committed) in an
-        earlier run: the same ids, which the queue would store nothing for. A passed
-        path waiting on a deep queue is otherwise announced again by every run. What
-        heads no longer active held is forgotten."""
+    def _news(self, snap: Snapshot) -> list[Dispatch]:
+        """The passed paths' news and the builds to dispatch, but those this process
+        already published (and committed) in an earlier run: the same ids, which the
+        queue would store nothing for. A passed path waiting on a deep queue is
+        otherwise announced again by every run. What heads no longer active held is
+        forgotten."""
         sent = self._sent.setdefault(snap.queue, {})
         for head in [h for h in sent if h not in snap.batches or
                      snap.batches[h].state.terminal]:
             del sent[head]
-        return [x for x in items if x[2] not in sent.get(_head_of(x), ())]
+        return [x for x in self._passed_logs(snap) + self._builds(snap)
+                if x[2] not in sent.get(_head_of(x), ())]
 
     def _mark_sent(self, queue: str, items: list[Dispatch]) -> None:
         sent = self._sent.setdefault(queue, {})
@@ -473,10 +476,9 @@ class SpeculateController:
         suffix = epoch_repo.round_suffix(round_)
         now = self.deps.now()
         md: dict[str, object] = {"batch_id": batch.id, **(extra or {})}
-        logs = [LogMsg.of(status_log(batch.queue, m, "speculated", now=now,
-                                     occurrence=batch.id + suffix, metadata=md))
-                for m in batch.contains]
-        return [*((LOG, x, x.log_id) for x in logs),
+        return [*log_items([status_log(batch.queue, m, "speculated", now=now,
+                                       occurrence=batch.id + suffix, metadata=md)
+                            for m in batch.contains]),
                 (MERGE, EntityMsg(id=batch.id, queue=batch.queue),
                  f"{batch.id}/merge-dispatch{suffix}")]
 

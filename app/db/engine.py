@@ -163,8 +163,7 @@ def is_lock_error(exc: BaseException) -> bool:
     cur: BaseException | None = exc
     while cur is not None:
         if isinstance(cur, sqlite3.OperationalError):
-            text = str(cur).lower()
-            return "locked" in text or "busy" in text
+            return sqlite_inline.is_busy(cur)
         cur = cur.__cause__ or cur.__context__
     return False
 
