@@ -96,6 +96,7 @@ from app.domain.messages import (
     ConcludeMsg,
     EntityMsg,
     LogMsg,
+    log_id,
 )
 from app.domain.states import BatchState, BuildStatus, PathStatus
 from app.queue import Delivery
@@ -437,8 +438,8 @@ class SpeculateController:
         for head in [h for h in sent if h not in snap.batches or
                      snap.batches[h].state.terminal]:
             del sent[head]
-        return [x for x in self._passed_logs(snap) + self._builds(snap)
-                if x[2] not in sent.get(_head_of(x), ())]
+        return self._passed_logs(snap, sent) + [
+            x for x in self._builds(snap) if x[2] not in sent.get(_head_of(x), ())]
 
     def _mark_sent(self, queue: str, items: list[Dispatch]) -> None:
         sent = self._sent.setdefault(queue, {})
@@ -452,22 +453,27 @@ class SpeculateController:
                 for e in snap.entries.get(head.id, [])
                 if e.status is PathStatus.PENDING and not snap.linked(e)]
 
-    def _passed_logs(self, snap: Snapshot) -> list[Dispatch]:
+    def _passed_logs(self, snap: Snapshot, sent: dict[str, set[str]]) -> list[Dispatch]:
         """``waiting`` for a passed path whose dependencies have not settled;
-        ``invalidated`` for a passed path a settled dependency contradicted."""
+        ``invalidated`` for a passed path a settled dependency contradicted; none that
+        ``sent`` (per head, message ids) holds, and those are not even built."""
         now = self.deps.now()
         res = snap.res()
         logs = []
         for head in snap.active(BatchState.SPECULATING):
+            done = sent.get(head.id, set())
             for e in snap.entries.get(head.id, []):
                 if e.status is not PathStatus.PASSED or core.settled(e.path, res):
                     continue
                 event = "invalidated" if core.broken(e.path, res) or \
-                    tuple(d for d, _ in e.path.dependencies) != head.dependencies else "waiting"
+                    e.path.names != head.dependencies else "waiting"
+                members = [m for m in head.contains if log_id(m, event, e.id) not in done]
+                if not members:
+                    continue
                 md = {"batch_id": head.id, "path_id": e.id,
                       "assumptions": {d: a.value for d, a in e.path.dependencies}}
                 logs += [event_log(head.queue, m, event, now=now, occurrence=e.id, metadata=md)
-                         for m in head.contains]
+                         for m in members]
         return log_items(logs)
 
     def _merge_messages(self, batch: Batch, round_: int, extra: dict[str, object] | None

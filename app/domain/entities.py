@@ -97,6 +97,7 @@ class SpeculationPath:
     _id: str = field(default="", init=False, repr=False, compare=False)
     _sides: tuple[frozenset[str], frozenset[str]] | None = field(
         default=None, init=False, repr=False, compare=False)
+    _names: tuple[str, ...] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def id(self) -> str:
@@ -116,6 +117,15 @@ class SpeculationPath:
                 frozenset(d for d, a in self.dependencies if a is Assumption.FAILS)))
         assert self._sides is not None
         return self._sides
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The dependencies it makes an assumption about, in order, worked out once (a
+        path is valid for its head while these equal the head's dependency list)."""
+        if self._names is None:
+            object.__setattr__(self, "_names", tuple(d for d, _ in self.dependencies))
+        assert self._names is not None
+        return self._names
 
     @property
     def base(self) -> tuple[str, ...]:

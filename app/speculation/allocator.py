@@ -24,7 +24,7 @@ from typing import Literal
 
 from app.domain.entities import PathEntry, SpeculationPath
 from app.domain.states import PathStatus
-from app.speculation.generator import Candidate, Generator
+from app.speculation.generator import Candidate, Generator, Key
 
 Action = Literal["build", "cancel"]
 AllocatorName = Literal["sticky", "preempting"]
@@ -40,6 +40,20 @@ def _index(entries: Mapping[str, Sequence[PathEntry]]) -> dict[str, PathEntry]:
     return {e.id: e for es in entries.values() for e in es}
 
 
+def _keyed(generator: Generator, entries: Mapping[str, Sequence[PathEntry]]
+           ) -> dict[Key, PathEntry]:
+    """The stored entries that are current paths of planned heads, by candidate key: a
+    candidate is looked up without building its path (any other stored path has an id
+    no candidate can have)."""
+    out: dict[Key, PathEntry] = {}
+    for es in entries.values():
+        for e in es:
+            key = generator.key_of(e.path)
+            if key is not None:
+                out[key] = e
+    return out
+
+
 def live_slots(entries: Mapping[str, Sequence[PathEntry]]) -> int:
     """Build slots held: every live entry of every path set. Counted entry by entry,
     never per distinct path id, so it is the very number the invariant checks."""
@@ -51,31 +65,27 @@ def fundable(e: PathEntry | None) -> bool:
     return e is None or e.status is PathStatus.CANCELLED
 
 
-def sticky(stream: Iterable[Candidate], entries: Mapping[str, Sequence[PathEntry]],
-           budget: int) -> list[Proposal]:
-    """Fill free slots from the stream, skipping paths stored live or with a verdict, and
-    paths already proposed; never cancels. Pulls only as much of the stream as it needs."""
-    stored = _index(entries)
+def sticky(generator: Generator, entries: Mapping[str, Sequence[PathEntry]], budget: int,
+           *, stream: Iterable[Candidate] | None = None) -> list[Proposal]:
+    """Fill free slots from ``stream`` (the generator's, by default), skipping paths stored live or
+    with a verdict, and paths already proposed; never cancels. Pulls only as much of the
+    stream as it needs, and builds only the paths it proposes."""
     free = budget - live_slots(entries)
     out: list[Proposal] = []
     if free <= 0:
         return out
-    seen: set[str] = set()
-    for cand in stream:
-        pid = cand.path.id
-        if not fundable(stored.get(pid)) or pid in seen:
+    stored = _keyed(generator, entries)
+    seen: set[Key] = set()
+    for cand in generator if stream is None else stream:
+        key = cand.key
+        if not fundable(stored.get(key)) or key in seen:
             continue
-        seen.add(pid)
+        seen.add(key)
         out.append(Proposal("build", cand.path))
         free -= 1
         if free <= 0:
             break
     return out
-
-
-def _first_paths(generator: Generator) -> list[Candidate]:
-    """Each planned head's most likely path."""
-    return [c for h in generator.heads() for c in itertools.islice(generator.head_paths(h), 1)]
 
 
 def bounded(generator: Generator, floor: float) -> Iterator[Candidate]:
@@ -86,7 +96,7 @@ def bounded(generator: Generator, floor: float) -> Iterator[Candidate]:
         yield from generator
         return
     yield from itertools.takewhile(lambda c: c.score >= floor, generator)
-    below = [c for c in _first_paths(generator) if c.score < floor]
+    below = [c for c in generator.firsts() if c.score < floor]
     yield from sorted(below, key=lambda c: (-c.score, c.head_index))
 
 
@@ -105,6 +115,7 @@ def preempting(generator: Generator, entries: Mapping[str, Sequence[PathEntry]],
     budget is never exceeded, counting cancelling paths.
     """
     stored = _index(entries)
+    keyed = _keyed(generator, entries)
     planned = set(generator.heads())
     movable = [e for e in stored.values()
                if e.status in (PathStatus.PENDING, PathStatus.BUILDING) and e.path.head in planned]
@@ -112,7 +123,7 @@ def preempting(generator: Generator, entries: Mapping[str, Sequence[PathEntry]],
     funded: list[Candidate] = []
     if capacity > 0:
         for cand in bounded(generator, floor):
-            e = stored.get(cand.path.id)
+            e = keyed.get(cand.key)
             if e is not None and e.status.terminal and not fundable(e):
                 continue  # never rebuilt, so it cannot hold a slot
             funded.append(cand)
@@ -123,7 +134,7 @@ def preempting(generator: Generator, entries: Mapping[str, Sequence[PathEntry]],
     threshold = funded[-1].score if len(funded) >= max(capacity, 1) else -math.inf
     funded_ids = {c.path.id for c in funded}
     out: list[Proposal] = []
-    firsts = {c.path.id for c in _first_paths(generator)} if floor > -math.inf else set()
+    firsts = {e.id for e in movable if floor > -math.inf and _first(generator, e)}
     scored = sorted((generator.score(e.path), e.id, e) for e in movable if e.id not in funded_ids)
     for s, _, e in scored:  # worst first
         if s < threshold or (s < floor and e.id not in firsts) or s == -math.inf:
@@ -132,11 +143,17 @@ def preempting(generator: Generator, entries: Mapping[str, Sequence[PathEntry]],
     for cand in funded:
         if free <= 0:
             break
-        if not fundable(stored.get(cand.path.id)):
+        if not fundable(keyed.get(cand.key)):
             continue
         out.append(Proposal("build", cand.path))
         free -= 1
     return out
+
+
+def _first(generator: Generator, e: PathEntry) -> bool:
+    """``e`` is its head's most likely path."""
+    first = generator.first(e.path.head)
+    return first is not None and generator.key_of(e.path) == first.key
 
 
 def allocate(kind: AllocatorName, generator: Generator,
@@ -145,7 +162,7 @@ def allocate(kind: AllocatorName, generator: Generator,
     """Run the named allocator (a queue's configuration picks one). Paths scoring below
     ``floor`` (a log-probability) are not funded, but for each head's most likely one."""
     if kind == "sticky":
-        return sticky(bounded(generator, floor), entries, budget)
+        return sticky(generator, entries, budget, stream=bounded(generator, floor))
     if kind == "preempting":
         return preempting(generator, entries, budget, floor=floor)
     raise ValueError(f"unknown allocator {kind!r}")

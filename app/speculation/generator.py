@@ -13,6 +13,11 @@ enumerated best-first with a heap and the classic extend/swap successors, so the
 first k paths of a head with n unresolved dependencies cost O(n log n + k log k),
 never 2^n. Heads are merged with a second heap holding one candidate per head.
 
+Nothing is worked out before it is needed: a head's second path needs only its cheapest
+flip (no sort), and a candidate's path - as long as the queue is deep - is built only
+when asked for; allocators skip stored paths by the candidate's :data:`Key`. A plan of a
+deep queue thus builds the paths it funds, plus one pass over each head's dependencies.
+
 Order: non-increasing score; ties broken by fewer flips, then head order (input
 order), then the flip indexes (positions in the head's cheapest-first flip order).
 Every path is yielded exactly once.
@@ -30,6 +35,7 @@ from app.domain.states import Assumption
 from app.speculation.core import Resolution
 
 DEFAULT_PROBABILITY = 0.95
+_NONE: frozenset[str] = frozenset()
 
 
 def sanitize(p: object) -> float:
@@ -55,22 +61,43 @@ def probabilities(deps: Iterable[str], score: Callable[[str], float]) -> dict[st
     return out
 
 
-@dataclass(frozen=True, slots=True)
+Key = tuple[str, frozenset[str]]
+"""A path of a planned head, told apart without building it: the head and the
+dependencies it assumes to fail. Two paths of one head with the head's current
+dependency list are the same path exactly when their keys are equal."""
+
+
 class Candidate:
-    path: SpeculationPath
-    score: float  # log-probability that every assumption holds (<= 0)
-    flips: tuple[int, ...]  # positions in the head's cheapest-first flip order
-    head_index: int
+    """One path of a head and its score. The path itself (a deep queue's is as long as
+    the queue) is built only when it is asked for: an allocator skips most candidates by
+    their :attr:`key` alone."""
+
+    __slots__ = ("_path", "_plan", "flips", "head_index", "score")
+
+    def __init__(self, plan: _HeadPlan, score: float, flips: tuple[int, ...],
+                 head_index: int) -> None:
+        self._plan = plan
+        self._path: SpeculationPath | None = None
+        self.score = score  # log-probability that every assumption holds (<= 0)
+        self.flips = flips  # positions in the head's cheapest-first flip order
+        self.head_index = head_index
+
+    @property
+    def path(self) -> SpeculationPath:
+        if self._path is None:
+            self._path = self._plan.path(self.flips)
+        return self._path
+
+    @property
+    def key(self) -> Key:
+        return self._plan.key(self.flips)
 
     @property
     def probability(self) -> float:
         return math.exp(self.score)
 
-
-@dataclass(frozen=True, slots=True)
-class _Flip:
-    dep_index: int  # position in the head's dependency list
-    cost: float
+    def __repr__(self) -> str:
+        return f"Candidate({self._plan.head.id!r}, score={self.score!r}, flips={self.flips!r})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +109,7 @@ class _Dep:
     fixed: bool  # settled: its assumption is a fact, not a choice
     p: float = 0.0  # P(succeeds), when unresolved
     log_pref: float = 0.0  # ln P(preferred side), when unresolved
-    cost: float = 0.0  # ln P(preferred) - ln P(other side), when unresolved
+    cost: float = math.inf  # ln P(preferred) - ln P(other side), when unresolved
 
 
 def _dep(r: Resolution, prob: object) -> _Dep:
@@ -97,53 +124,82 @@ def _dep(r: Resolution, prob: object) -> _Dep:
 
 
 class _HeadPlan:
-    """Everything needed to enumerate one head's paths. Built in one pass over the
-    head's dependencies (each looked up in the generator's per-dependency table); the
-    flip order, needed only once a head's second path is asked for, is sorted then."""
+    """Everything needed to enumerate one head's paths, worked out as far as it is asked
+    for: the most likely path's score in one pass over the head's dependencies (each
+    looked up in the generator's per-dependency table); the cheapest flip (a second
+    path's score) in another; the whole cheapest-first flip order only once that second
+    path was taken; the path's assumptions only when a path is built or keyed."""
 
-    def __init__(self, head: Batch, deps: Sequence[_Dep], weight: float = 0.0) -> None:
+    def __init__(self, head: Batch, deps: Sequence[_Dep], pref_fails: frozenset[str],
+                 weight: float = 0.0) -> None:
         self.head = head
         self.weight = weight
         self._deps = deps
-        self.preferred = tuple(d.preferred for d in deps)
+        self._pref_fails = pref_fails  # the dependencies whose preferred side is to fail
+        self._unique = len(set(head.dependencies)) == len(head.dependencies)
         self.base = math.fsum([d.log_pref for d in deps if not d.fixed])
-        self._flips: tuple[_Flip, ...] | None = None
+        self._first: tuple[float, int] | None = None  # (cost, dependency index)
+        self._order: tuple[tuple[float, int], ...] | None = None
 
-    @property
-    def flips(self) -> tuple[_Flip, ...]:
-        if self._flips is None:
-            flips = [_Flip(i, d.cost) for i, d in enumerate(self._deps) if not d.fixed]
-            self._flips = tuple(sorted(flips, key=lambda f: (f.cost, f.dep_index)))
-        return self._flips
+    def _flip(self, pos: int) -> tuple[float, int]:
+        """The ``pos``-th cheapest flip: (cost, dependency index); ties by index. The
+        cheapest is found without sorting; cost ``inf``: nothing is unresolved."""
+        if pos == 0 and self._order is None:
+            if self._first is None:
+                costs = [d.cost for d in self._deps]
+                cheapest = min(costs, default=math.inf)
+                self._first = (cheapest, costs.index(cheapest) if costs else -1)
+            return self._first
+        return self._sorted()[pos]
+
+    def _sorted(self) -> tuple[tuple[float, int], ...]:
+        if self._order is None:
+            self._order = tuple(sorted((d.cost, i) for i, d in enumerate(self._deps)
+                                       if not d.fixed))
+        return self._order
 
     def path(self, flip_positions: tuple[int, ...]) -> SpeculationPath:
-        assumptions = list(self.preferred)
+        assumptions = [d.preferred for d in self._deps]
         for pos in flip_positions:
-            i = self.flips[pos].dep_index
+            i = self._flip(pos)[1]
             a = assumptions[i]
             assumptions[i] = Assumption.FAILS if a is Assumption.SUCCEEDS else Assumption.SUCCEEDS
         return SpeculationPath(head=self.head.id,
                                dependencies=tuple(zip(self.head.dependencies, assumptions,
                                                       strict=True)))
 
+    def key(self, flip_positions: tuple[int, ...]) -> Key:
+        if not self._unique:  # a dependency named twice: only the whole path tells
+            return (self.path(flip_positions).id, frozenset())
+        if not flip_positions:
+            return (self.head.id, self._pref_fails)
+        deps = self.head.dependencies
+        flipped = frozenset(deps[self._flip(pos)[1]] for pos in flip_positions)
+        return (self.head.id, self._pref_fails ^ flipped)
+
+    def key_of(self, path: SpeculationPath) -> Key | None:
+        """A stored path's key, if it is one of this head's current paths."""
+        if path.head != self.head.id or path.names != self.head.dependencies:
+            return None
+        return (path.id, frozenset()) if not self._unique else (self.head.id, path.sides[1])
+
     def score_of(self, flip_positions: tuple[int, ...]) -> float:
         if not flip_positions:
             return self.base
-        return self.base - math.fsum(self.flips[pos].cost for pos in flip_positions) + \
+        return self.base - math.fsum(self._flip(pos)[0] for pos in flip_positions) + \
             self.weight
 
     def enumerate(self, head_index: int) -> Iterator[Candidate]:
         """Flip subsets by (-score, size, positions); each child's key exceeds its parent's."""
-        n = len(self.flips)
-        yield Candidate(self.path(()), self.score_of(()), (), head_index)
-        if n == 0:
+        yield Candidate(self, self.base, (), head_index)
+        if self._flip(0)[0] == math.inf:
             return
         heap: list[tuple[float, int, tuple[int, ...]]] = [(-self.score_of((0,)), 1, (0,))]
         while heap:
             neg, size, subset = heapq.heappop(heap)
-            yield Candidate(self.path(subset), -neg, subset, head_index)
+            yield Candidate(self, -neg, subset, head_index)
             last = subset[-1]
-            if last + 1 < n:
+            if last + 1 < len(self._sorted()):
                 extended = (*subset, last + 1)
                 heapq.heappush(heap, (-self.score_of(extended), size + 1, extended))
                 swapped = (*subset[:-1], last + 1)
@@ -151,14 +207,12 @@ class _HeadPlan:
 
     def score_path(self, path: SpeculationPath) -> float:
         """Score of any path of this head; ``-inf`` if malformed or contradicted."""
-        if path.head != self.head.id or tuple(d for d, _ in path.dependencies) != \
-                self.head.dependencies:
+        if path.head != self.head.id or path.names != self.head.dependencies:
             return -math.inf
         logs: list[float] = []
         flipped = False
-        for i, (_, a) in enumerate(path.dependencies):
-            flipped = flipped or a is not self.preferred[i]
-            d = self._deps[i]
+        for d, (_, a) in zip(self._deps, path.dependencies, strict=True):
+            flipped = flipped or a is not d.preferred
             if d.fixed:
                 if d.preferred is not a:
                     return -math.inf
@@ -189,9 +243,11 @@ class Generator:
         named = {d for h in heads for d in h.dependencies}
         table = {d: _dep(res.get(d, Resolution.UNRESOLVED), probs.get(d, DEFAULT_PROBABILITY))
                  for d in named}
+        fails = {d for d, x in table.items() if x.preferred is Assumption.FAILS}
         self._plans = [_HeadPlan(h, list(map(table.__getitem__, h.dependencies)),
+                                 frozenset(fails.intersection(h.dependencies)) if fails else _NONE,
                                  weights.get(h.id, 0.0)) for h in heads]
-        self._by_head = {p.head.id: p for p in self._plans}
+        self._index = {p.head.id: i for i, p in reversed(list(enumerate(self._plans)))}
 
     def __iter__(self) -> Iterator[Candidate]:
         streams = [plan.enumerate(i) for i, plan in enumerate(self._plans)]
@@ -213,10 +269,23 @@ class Generator:
 
     def head_paths(self, head_id: str) -> Iterator[Candidate]:
         """One head's paths best-first (its ``head_index`` is its input position)."""
-        for i, plan in enumerate(self._plans):
-            if plan.head.id == head_id:
-                return plan.enumerate(i)
-        return iter(())
+        i = self._index.get(head_id)
+        return iter(()) if i is None else self._plans[i].enumerate(i)
+
+    def first(self, head_id: str) -> Candidate | None:
+        """A head's most likely path (its path built only if asked for)."""
+        i = self._index.get(head_id)
+        return None if i is None else Candidate(self._plans[i], self._plans[i].base, (), i)
+
+    def firsts(self) -> list[Candidate]:
+        """Each head's most likely path, in head order."""
+        return [Candidate(p, p.base, (), i) for i, p in enumerate(self._plans)]
+
+    def key_of(self, path: SpeculationPath) -> Key | None:
+        """The key of a stored path that is one of a planned head's current paths (the
+        key its candidate has); ``None`` for any other path."""
+        i = self._index.get(path.head)
+        return None if i is None else self._plans[i].key_of(path)
 
     def heads(self) -> tuple[str, ...]:
         return tuple(p.head.id for p in self._plans)
@@ -224,5 +293,5 @@ class Generator:
     def score(self, path: SpeculationPath) -> float:
         """Log-probability of a path under this snapshot; ``-inf`` when the path does not
         belong to a known head, does not match its dependencies, or is contradicted."""
-        plan = self._by_head.get(path.head)
-        return -math.inf if plan is None else plan.score_path(path)
+        i = self._index.get(path.head)
+        return -math.inf if i is None else self._plans[i].score_path(path)

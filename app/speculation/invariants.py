@@ -70,7 +70,7 @@ def check(inp: PlanInput, out: Plan, *, preempted: set[str]) -> None:
         now = {e.id: e for e in after[head]}
         for e in es:
             keeps = e.status.live and not core.broken(e.path, res) and \
-                tuple(d for d, _ in e.path.dependencies) == deps[head]
+                e.path.names == deps[head]
             if keeps and now[e.id].status is not e.status and e.id not in preempted:
                 _fail(f"funded path {e.id[:12]} of {head} lost its slot without a reason",
                       head)
@@ -92,7 +92,7 @@ def _check_builds(inp: PlanInput, out: Plan, decided: set[str], res: Mapping[str
         b = inp.batches.get(p.head)
         if b is None or b.state is not BatchState.SPECULATING or p.head in decided:
             _fail(f"build for {p.head}, which is not a speculating head", p.head)
-        if tuple(d for d, _ in p.dependencies) != deps[p.head] or core.broken(p, res):
+        if p.names != deps[p.head] or core.broken(p, res):
             _fail(f"build of a malformed or contradicted path of {p.head}", p.head)
         old = before.get(p.id)
         if (old is not None and old.status is not PathStatus.CANCELLED) or p.id in seen:

@@ -100,7 +100,7 @@ class _Run:
     # -- helpers ---------------------------------------------------------------
     def valid(self, head: str, e: PathEntry) -> bool:
         return e.path.head == head and \
-            tuple(d for d, _ in e.path.dependencies) == self.deps.get(head, ())
+            e.path.names == self.deps.get(head, ())
 
     def usable(self, head: str, e: PathEntry) -> bool:
         return self.valid(head, e) and not core.broken(e.path, self.res)
