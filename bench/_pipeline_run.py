@@ -191,11 +191,13 @@ async def submit(c: httpx.AsyncClient, tracker: Tracker, tags: list[str], folder
 
 
 async def drive(c: httpx.AsyncClient, tracker: Tracker, work: Workload,
-                start_window: Callable[[], Awaitable[None]]) -> float:
-    """Submit the workload; returns when the window ends (perf_counter time). The
-    window starts before the burst, or (in-flight) once the first N are in flight, so
-    that it starts and ends with N in flight: the work it counts is the work of the
-    requests that landed in it, not of a queue filling up."""
+                start_window: Callable[[], Awaitable[None]],
+                end_window: Callable[[], Awaitable[None]]) -> None:
+    """Submit the workload and wait until every request settled. The window starts
+    before the burst and ends when it settled, or (in-flight) starts once the first N
+    are in flight and ends at the last submission, so that it starts and ends with N
+    in flight: the work it counts (CPU, counters, histograms) is the work of a steady
+    queue, not of one filling up or draining."""
     tag = uuid.uuid4().hex[:8]
     deadline = time.monotonic() + work.timeout_s
     if work.mode != "in-flight":
@@ -216,14 +218,15 @@ async def drive(c: httpx.AsyncClient, tracker: Tracker, work: Workload,
                 await asyncio.wait_for(tracker.settled.wait(), 5)
             except TimeoutError:  # an event we missed (e.g. before the sqid was known)
                 await catch_up(c, tracker)
-        window_end = time.perf_counter()
+        await end_window()
     while tracker.live() and time.monotonic() < deadline:
         tracker.settled.clear()
         try:
             await asyncio.wait_for(tracker.settled.wait(), 5)
         except TimeoutError:  # quiet for 5 s: read the list in case an event was missed
             await catch_up(c, tracker)
-    return window_end if work.mode == "in-flight" else time.perf_counter()
+    if work.mode != "in-flight":
+        await end_window()
 
 
 async def run_workload(root: Path, database_url: str, work: Workload,
@@ -244,15 +247,15 @@ async def run_workload(root: Path, database_url: str, work: Workload,
             follower = asyncio.create_task(follow(c, tracker))
             await asyncio.sleep(0.3)  # the stream is open before the window starts
             start: dict[str, Any] = {}
+            end: dict[str, Any] = {}
 
-            async def start_window() -> None:
-                start["metrics"] = _prom.parse((await c.get("/metrics")).text)
-                start.update(cpu=cpu_s(pid), load=load(), at=time.perf_counter())
+            async def mark(into: dict[str, Any]) -> None:
+                into.update(cpu=cpu_s(pid), load=load(), at=time.perf_counter())
+                into["metrics"] = _prom.parse((await c.get("/metrics")).text)
 
-            t1 = await drive(c, tracker, work, start_window)
+            await drive(c, tracker, work, lambda: mark(start), lambda: mark(end))
             before, cpu0, load0, t0 = start["metrics"], start["cpu"], start["load"], start["at"]
-            cpu1, load1 = cpu_s(pid), load()
-            after = _prom.parse((await c.get("/metrics")).text)
+            after, cpu1, load1, t1 = end["metrics"], end["cpu"], end["load"], end["at"]
         finally:
             follower.cancel()
         landed = [s for s, v in tracker.status.items() if v == "landed"]

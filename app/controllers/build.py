@@ -71,13 +71,13 @@ class BuildController(StageController):
 
     async def _request(self, batch: Batch, base: tuple[str, ...], msg: BuildMsg) -> BuildRequest:
         async with self.deps.db.read() as s:
-            base_batches = await batch_repo.get_many(s, queue=batch.queue, ids=base)
-            member_ids = [m for b in base for m in base_batches[b].contains] + list(batch.contains)
+            base_members = await batch_repo.members_of(s, queue=batch.queue, ids=base)
+            member_ids = [m for b in base for m in base_members[b]] + list(batch.contains)
             members = await request_repo.get_many(s, queue=batch.queue, ids=member_ids)
-        base_changes = tuple(u for b in base for m in base_batches[b].contains
+        base_changes = tuple(u for b in base for m in base_members[b]
                              for u in members[m].change_uris)
         head_changes = tuple(u for m in batch.contains for u in members[m].change_uris)
-        order = [m for b in base for m in base_batches[b].contains] + list(batch.contains)
+        order = [m for b in base for m in base_members[b]] + list(batch.contains)
         steps = tuple(MergeStep(m, members[m].change_uris, members[m].strategy) for m in order)
         return BuildRequest(queue=batch.queue, batch_id=batch.id, path_id=msg.path_id,
                             attempt=msg.attempt, base_changes=base_changes,

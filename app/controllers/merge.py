@@ -80,15 +80,15 @@ class MergeController(StageController):
         q = batch.queue
         async with self.deps.db.read() as s:
             path_set = (await spec_repo.path_sets(s, queue=q, heads=[batch.id]))[batch.id]
-            deps = await batch_repo.get_many(s, queue=q, ids=batch.dependencies)
             passed = [e for e in path_set.entries if e.status is PathStatus.PASSED]
             links = await spec_repo.links(s, queue=q, keys=[(e.id, e.attempt) for e in passed])
             builds = await spec_repo.builds_by_id(s, queue=q, ids=links.values())
-        landed = {d for d, b in deps.items() if b.state is BatchState.SUCCEEDED}
-        found = [builds[links[(e.id, e.attempt)]] for e in passed
-                 if links.get((e.id, e.attempt)) in builds]
-        if not any(b.tree_sha for b in found):
-            return None
+            found = [builds[links[(e.id, e.attempt)]] for e in passed
+                     if links.get((e.id, e.attempt)) in builds]
+            if not any(b.tree_sha for b in found):
+                return None
+            states = await batch_repo.states_of(s, queue=q, ids=batch.dependencies)
+        landed = {d for d, state in states.items() if state is BatchState.SUCCEEDED}
         # What the trunk holds now: the dependencies that landed, and no other (one
         # still unsettled, overtaken on full coverage, is not on the trunk yet).
         now = {e.id for e in passed if all(

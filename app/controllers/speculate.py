@@ -129,9 +129,11 @@ class Snapshot:
                       key=lambda b: (b.created_at_ms, b.id))
 
     def res(self) -> dict[str, Resolution]:
-        """How every known batch resolved; kept up to date by ``put``."""
+        """How every known batch resolved; kept up to date by ``put`` (``core.Facts``: a
+        deep queue's path is checked against the settled outcomes, not along its length)."""
         if self._res is None:
-            self._res = {bid: core.resolution(b.state) for bid, b in self.batches.items()}
+            self._res = core.Facts({bid: core.resolution(b.state)
+                                    for bid, b in self.batches.items()})
         return self._res
 
     def put(self, batch: Batch) -> None:

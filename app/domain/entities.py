@@ -98,6 +98,7 @@ class SpeculationPath:
     _sides: tuple[frozenset[str], frozenset[str]] | None = field(
         default=None, init=False, repr=False, compare=False)
     _names: tuple[str, ...] | None = field(default=None, init=False, repr=False, compare=False)
+    _base: tuple[str, ...] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def id(self) -> str:
@@ -129,8 +130,13 @@ class SpeculationPath:
 
     @property
     def base(self) -> tuple[str, ...]:
-        """Dependencies built underneath the head (assumed to land), in order."""
-        return tuple(dep for dep, a in self.dependencies if a is Assumption.SUCCEEDS)
+        """Dependencies built underneath the head (assumed to land), in order; worked out
+        once."""
+        if self._base is None:
+            object.__setattr__(self, "_base", tuple(
+                dep for dep, a in self.dependencies if a is Assumption.SUCCEEDS))
+        assert self._base is not None
+        return self._base
 
 
 @dataclass(frozen=True, slots=True)

@@ -102,9 +102,9 @@ def decide(head: Batch, entries: Sequence[PathEntry], res: Mapping[str, Resoluti
     for e in unbroken:
         if e.status is PathStatus.PASSED and settled(e.path, res):
             return Verdict("merge", e.id)
-    all_settled = all(res.get(d, Resolution.UNRESOLVED) is not Resolution.UNRESOLVED
-                      for d in head.dependencies)
-    if all_settled and unbroken and all(e.status is PathStatus.FAILED for e in unbroken):
+    if unbroken and all(e.status is PathStatus.FAILED for e in unbroken) and all(
+            res.get(d, Resolution.UNRESOLVED) is not Resolution.UNRESOLVED
+            for d in head.dependencies):
         return Verdict("fail", reason=NO_PATH_PASSED)
     return WAIT
 

@@ -76,7 +76,7 @@ def _evidence(entries: Mapping[str, Sequence[PathEntry]], res: Mapping[str, Reso
     for e in finished:
         if e.status is PathStatus.PASSED:
             good.add(e.path.head)
-            good.update(e.path.base)
+            good.update(e.path.sides[0])
     failures: list[tuple[str, ...]] = []
     for e in finished:
         if e.status is PathStatus.FAILED:

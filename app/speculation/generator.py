@@ -123,6 +123,17 @@ def _dep(r: Resolution, prob: object) -> _Dep:
                 math.log(pref), math.log(pref) - math.log(opp))
 
 
+class _Table:
+    """The per-dependency facts of one generator, and the same as flat lookups (C-level
+    ``map`` over a head's dependency list is what keeps a deep queue's plan cheap)."""
+
+    def __init__(self, deps: Mapping[str, _Dep]) -> None:
+        self.deps = deps
+        self.log_pref = {d: 0.0 if x.fixed else x.log_pref for d, x in deps.items()}
+        self.cost = {d: x.cost for d, x in deps.items()}
+        self.fails = frozenset(d for d, x in deps.items() if x.preferred is Assumption.FAILS)
+
+
 class _HeadPlan:
     """Everything needed to enumerate one head's paths, worked out as far as it is asked
     for: the most likely path's score in one pass over the head's dependencies (each
@@ -130,23 +141,45 @@ class _HeadPlan:
     path's score) in another; the whole cheapest-first flip order only once that second
     path was taken; the path's assumptions only when a path is built or keyed."""
 
-    def __init__(self, head: Batch, deps: Sequence[_Dep], pref_fails: frozenset[str],
-                 weight: float = 0.0) -> None:
+    def __init__(self, head: Batch, table: _Table, weight: float = 0.0) -> None:
         self.head = head
         self.weight = weight
-        self._deps = deps
-        self._pref_fails = pref_fails  # the dependencies whose preferred side is to fail
-        self._unique = len(set(head.dependencies)) == len(head.dependencies)
-        self.base = math.fsum([d.log_pref for d in deps if not d.fixed])
+        self._table = table
+        # fsum is exactly rounded: the fixed dependencies' zeros change nothing
+        self.base = math.fsum(map(table.log_pref.__getitem__, head.dependencies))
         self._first: tuple[float, int] | None = None  # (cost, dependency index)
         self._order: tuple[tuple[float, int], ...] | None = None
+        self._dep_list: list[_Dep] | None = None
+        self._fails: frozenset[str] | None = None
+        self._is_unique: bool | None = None
+
+    @property
+    def _deps(self) -> list[_Dep]:
+        if self._dep_list is None:
+            self._dep_list = list(map(self._table.deps.__getitem__, self.head.dependencies))
+        return self._dep_list
+
+    @property
+    def _pref_fails(self) -> frozenset[str]:
+        """The dependencies whose preferred side is to fail."""
+        if self._fails is None:
+            fails = self._table.fails
+            self._fails = fails.intersection(self.head.dependencies) if fails else _NONE
+        return self._fails
+
+    @property
+    def _unique(self) -> bool:
+        if self._is_unique is None:
+            deps = self.head.dependencies
+            self._is_unique = len(set(deps)) == len(deps)
+        return self._is_unique
 
     def _flip(self, pos: int) -> tuple[float, int]:
         """The ``pos``-th cheapest flip: (cost, dependency index); ties by index. The
         cheapest is found without sorting; cost ``inf``: nothing is unresolved."""
         if pos == 0 and self._order is None:
             if self._first is None:
-                costs = [d.cost for d in self._deps]
+                costs = list(map(self._table.cost.__getitem__, self.head.dependencies))
                 cheapest = min(costs, default=math.inf)
                 self._first = (cheapest, costs.index(cheapest) if costs else -1)
             return self._first
@@ -240,13 +273,10 @@ class Generator:
         weights = alternative_weights or {}
         if any(w > 0 or math.isnan(w) for w in weights.values()):
             raise ValueError("alternative weights are log-probabilities: <= 0")
-        named = {d for h in heads for d in h.dependencies}
-        table = {d: _dep(res.get(d, Resolution.UNRESOLVED), probs.get(d, DEFAULT_PROBABILITY))
-                 for d in named}
-        fails = {d for d, x in table.items() if x.preferred is Assumption.FAILS}
-        self._plans = [_HeadPlan(h, list(map(table.__getitem__, h.dependencies)),
-                                 frozenset(fails.intersection(h.dependencies)) if fails else _NONE,
-                                 weights.get(h.id, 0.0)) for h in heads]
+        named = set().union(*(h.dependencies for h in heads))
+        table = _Table({d: _dep(res.get(d, Resolution.UNRESOLVED),
+                                probs.get(d, DEFAULT_PROBABILITY)) for d in named})
+        self._plans = [_HeadPlan(h, table, weights.get(h.id, 0.0)) for h in heads]
         self._index = {p.head.id: i for i, p in reversed(list(enumerate(self._plans)))}
 
     def __iter__(self) -> Iterator[Candidate]:

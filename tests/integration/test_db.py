@@ -12,8 +12,11 @@ from alembic import command
 from app.db import migrate
 from app.db.engine import Database
 from app.db.locking import conditional_update
+from app.db.repos import batches as batch_repo
 from app.db.tables import metadata as app_metadata
+from app.domain.entities import Batch
 from app.domain.errors import VersionMismatch
+from app.domain.states import BatchState
 from app.queue.schema import metadata as queue_metadata
 from tests.conftest import BACKENDS
 
@@ -164,5 +167,29 @@ async def test_the_pool_keeps_its_connections_under_concurrent_reads(database_ur
         assert db.stats.connections == opened
         assert db.stats.statements["select"] >= 45
         assert db.stats.transactions["commit"] >= 45
+    finally:
+        await db.dispose()
+
+
+async def test_states_and_members_of_read_only_the_named_batches(database_url: str) -> None:
+    """``states_of``/``members_of`` (the merge and build stages' narrow reads) return
+    the named batches of the one queue and leave out ids that are not stored."""
+    db = Database(database_url)
+    try:
+        async with db.write() as s:
+            for queue, bid, state, members, deps in (
+                    ("q", "b1", BatchState.SUCCEEDED, ("r1",), ()),
+                    ("q", "b2", BatchState.SPECULATING, ("r2", "r3"), ("b1",)),
+                    ("other", "b1", BatchState.FAILED, ("x",), ())):
+                await batch_repo.create(s, batch=Batch(
+                    queue=queue, id=bid, contains=members, dependencies=deps, state=state,
+                    version=1), now_ms=1)
+        async with db.read() as s:
+            states = await batch_repo.states_of(s, queue="q", ids=["b2", "b1", "gone", "b1"])
+            members = await batch_repo.members_of(s, queue="q", ids=["b2", "gone"])
+            empty = await batch_repo.states_of(s, queue="q", ids=[])
+        assert states == {"b1": BatchState.SUCCEEDED, "b2": BatchState.SPECULATING}
+        assert members == {"b2": ("r2", "r3")}
+        assert empty == {}
     finally:
         await db.dispose()

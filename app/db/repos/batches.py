@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -49,6 +50,30 @@ async def get_many(session: AsyncSession, *, queue: str, ids: Iterable[str],
         return {}
     rows = await session.execute(sa.select(t).where(t.c.queue == queue, t.c.id.in_(wanted)))
     return {r.id: _decode(r, memo) for r in rows}
+
+
+async def states_of(session: AsyncSession, *, queue: str,
+                    ids: Iterable[str]) -> dict[str, BatchState]:
+    """The states of the named batches (missing ones left out), without decoding the
+    rest of their rows: a deep queue's dependency lists are as long as the queue."""
+    wanted = sorted(set(ids))
+    if not wanted:
+        return {}
+    rows = await session.execute(sa.select(t.c.id, t.c.state).where(
+        t.c.queue == queue, t.c.id.in_(wanted)))
+    return {r.id: BatchState(r.state) for r in rows}
+
+
+async def members_of(session: AsyncSession, *, queue: str,
+                     ids: Iterable[str]) -> dict[str, tuple[str, ...]]:
+    """The member requests of the named batches (missing ones left out), without
+    decoding their dependency lists."""
+    wanted = sorted(set(ids))
+    if not wanted:
+        return {}
+    rows = await session.execute(sa.select(t.c.id, t.c.contains_json).where(
+        t.c.queue == queue, t.c.id.in_(wanted)))
+    return {r.id: tuple(json.loads(r.contains_json)) for r in rows}
 
 
 async def list_by_states(
