@@ -16,7 +16,9 @@ from starlette.middleware.cors import CORSMiddleware
 
 from app import __version__
 from app.api import health
+from app.api.access_log import AccessLog
 from app.api.app_routes import install
+from app.api.docs import install_docs
 from app.api.middleware import HttpMetrics, SecurityHeaders
 from app.controllers.common import Deps, log_ids
 from app.controllers.outages import OutageGuard, webhook_notifier
@@ -298,9 +300,12 @@ def create_app(
         version=__version__,
         description="A speculative merge queue.",
         lifespan=lifespan,
+        docs_url=None,  # app/api/docs.py serves /docs and /redoc without a CDN
+        redoc_url=None,
     )
     app.include_router(health.router)
     install(app)
+    install_docs(app)
     # Outermost last: metrics see every answer, security headers reach error pages too.
     app.add_middleware(SecurityHeaders)
     if settings.cors_origin_list:
@@ -308,6 +313,7 @@ def create_app(
                            allow_methods=["GET", "POST"],
                            allow_headers=["Content-Type", "Authorization"])
     app.add_middleware(HttpMetrics, observe=metrics.observe_http)
+    app.add_middleware(AccessLog)  # outermost: its request id is on every line below
     return app
 
 

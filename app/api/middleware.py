@@ -9,7 +9,8 @@
 - ``SecurityHeaders``: ``X-Content-Type-Options: nosniff``, ``Referrer-Policy:
   no-referrer`` and ``X-Frame-Options: DENY`` on every response, and a
   ``Content-Security-Policy`` on HTML ones (``default-src 'self'``; the OpenAPI UI
-  pages get one that admits the CDN they load from). A header the app already set
+  pages, whose assets are served from this origin too, get one that admits their
+  inline start-up script). A header the app already set
   is left alone, so a page can send a stricter policy of its own.
 - ``HttpMetrics``: reports method, route *template* (``/api/v1/queues/{queue}/...``,
   never the raw path; ``unmatched`` when no route answered, e.g. an unknown path or a
@@ -137,13 +138,11 @@ SECURITY_HEADERS = {
     "X-Frame-Options": "DENY",
 }
 HTML_CSP = "default-src 'self'; frame-ancestors 'none'; base-uri 'self'; form-action 'self'"
-# FastAPI's /docs (Swagger UI) and /redoc load scripts and styles from a CDN and
-# start with an inline script.
+# /docs (Swagger UI) and /redoc (app/api/docs.py) load their bundles from this origin
+# but start with an inline script and style; ReDoc runs a worker from a blob.
 DOCS_CSP = (
-    "default-src 'self'; script-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net; "
-    "style-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net https://fonts.googleapis.com; "
-    "font-src 'self' https://fonts.gstatic.com; "
-    "img-src 'self' data: https://fastapi.tiangolo.com https://cdn.redoc.ly; "
+    "default-src 'self'; script-src 'self' 'unsafe-inline'; "
+    "style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
     "worker-src 'self' blob:; frame-ancestors 'none'"
 )
 DOCS_PATHS = frozenset({"/docs", "/redoc", "/docs/oauth2-redirect"})

@@ -3,20 +3,36 @@
 | Module | What |
 |---|---|
 | ``root.py`` | the Typer app: ``serve`` and ``db`` (the server's own), ``dlq`` (admin API) |
-| ``commands.py`` | client commands ``land``, ``status``, ``list``, ``watch``: HTTP only |
+| ``commands.py`` | client commands ``land``, ``status``, ``cancel``, ``list``, ``watch`` |
 | ``client.py`` | ``GatewayClient``, the REST client those commands (and ``demo``) use |
 | ``table.py`` | the live table of ``watch`` and ``demo`` |
 | ``demo.py``, ``demo_git.py`` | ``submitqueue demo``: real changes pushed to a git queue |
 
 The client modules import nothing of the server (an import-linter contract), and this
 package's ``__init__`` imports nothing at all: ``main`` loads the app when it runs.
+A client command (``submitqueue status ...``) loads only the client modules: the
+server's imports (uvicorn, SQLAlchemy, alembic, the app) would triple its start-up.
 """
 
 from __future__ import annotations
 
+import sys
+
+CLIENT_COMMANDS = frozenset({"land", "status", "cancel", "list", "watch"})
+
 
 def main() -> None:
     """Entry point of the ``submitqueue`` script and of ``python -m app.cli``."""
+    if len(sys.argv) > 1 and sys.argv[1] in CLIENT_COMMANDS:
+        import typer
+
+        from app.cli import commands
+
+        client = typer.Typer(help="SubmitQueue: a speculative merge queue.",
+                             no_args_is_help=True)
+        commands.register(client)
+        client(prog_name="submitqueue")
+        return
     from app.cli.root import cli
 
     cli()

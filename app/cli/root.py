@@ -73,6 +73,7 @@ def serve(
         host=host or settings.host,
         port=port or settings.port,
         log_config=None,
+        access_log=False,  # app/api/access_log.py writes a structured line instead
         timeout_graceful_shutdown=max(1, settings.queue_shutdown_grace_ms // 1000 + 5),
     )
 

@@ -1,6 +1,7 @@
-// "/admin": sign in with the admin token (kept in sessionStorage only), then topics,
-// dead letters with reconcile / requeue / discard (a reason is required to requeue or
-// discard), and the audit log; refreshed every 5 s unless an action is being typed.
+// "/admin": sign in with the admin token (kept in sessionStorage only), then topics
+// (pause / resume each consumer group), dead letters with reconcile / requeue /
+// discard, one by one or all of a topic (a reason is required to requeue or discard),
+// and the audit log; refreshed every 5 s unless an action is being typed.
 import { ApiError, api, duration, fill, h, showError, sqidLink, timeElement } from "./lib.js";
 import { initSearch } from "./search.js";
 
@@ -72,6 +73,73 @@ function actionForm(topic, message) {
   h("button", { type: "submit" }, "Apply"));
 }
 
+const DRAIN_PAGES = 50; // at most 50 x 200 messages per click; click again for more
+
+/** Drain the unsettled dead letters of ``topic``: bounded pages, following the cursor. */
+async function drainAll(topic, mode, reason) {
+  const counts = {};
+  let cursor = null;
+  let audits = 0;
+  do {
+    const out = await call(`/dlq/${encodeURIComponent(topic)}/drain`,
+      { method: "POST", body: { mode, message_ids: null, reason, limit: 200, cursor } });
+    for (const [k, v] of Object.entries(out.counts)) counts[k] = (counts[k] || 0) + v;
+    audits += 1;
+    cursor = out.next_cursor || null;
+  } while (cursor && audits < DRAIN_PAGES);
+  return { counts, audits, more: Boolean(cursor) };
+}
+
+function drainAllForm(topic, size) {
+  formSeq += 1;
+  const ids = { mode: `all-mode-${formSeq}`, reason: `all-reason-${formSeq}` };
+  const select = h("select", { id: ids.mode, name: "mode" },
+    Object.entries(MODES).map(([value, label]) => h("option", { value }, label)));
+  const reason = h("input", { id: ids.reason, name: "reason", maxlength: "2000",
+    placeholder: "why every one of them gets this" });
+  const sync = () => { reason.required = select.value !== "reconcile"; };
+  select.addEventListener("change", sync);
+  sync();
+  return h("form", { class: "dlq-action dlq-all", dataset: { topic },
+    on: { submit: async (event) => {
+      event.preventDefault();
+      if (!event.target.reportValidity()) return;
+      try {
+        const { counts, audits, more } =
+          await drainAll(topic, select.value, reason.value.trim());
+        const summary = Object.entries(counts).map(([k, v]) => `${k}: ${v}`).join(", ");
+        fill($("action-result"), `${topic}, all: ${summary || "nothing left"}` +
+          ` (${audits} audit entr${audits === 1 ? "y" : "ies"})` +
+          (more ? "; more remain: apply again." : "."));
+        await load();
+      } catch (err) {
+        showError($("action-result"), err);
+      }
+    } } },
+  h("label", { for: ids.mode }, `Action for all ${size} in ${topic}`), select,
+  h("label", { for: ids.reason }, "Reason"), reason,
+  h("button", { type: "submit" }, "Apply to all"));
+}
+
+function consumerButton(topic, group) {
+  const action = group.paused ? "resume" : "pause";
+  const label = `${group.paused ? "Resume" : "Pause"} ${topic} (${group.group})`;
+  return h("button", { type: "button", class: "consumer-toggle", "aria-label": label,
+    dataset: { topic, group: group.group, action },
+    on: { click: async () => {
+      try {
+        const out = await call(`/consumers/${encodeURIComponent(topic)}/${action}`, {
+          method: "POST", body: { group: group.group, reason: `from the admin page (${action})` },
+        });
+        fill($("action-result"), `${topic} (${out.group}): ${out.paused ? "paused" : "resumed"}` +
+          (out.changed ? "." : " (it already was)."));
+        await load();
+      } catch (err) {
+        showError($("action-result"), err);
+      }
+    } } }, group.paused ? "Resume" : "Pause");
+}
+
 async function renderDlq() {
   const { topics } = await call("/dlq");
   const busy = topics.filter((t) => t.size > 0);
@@ -86,6 +154,7 @@ async function renderDlq() {
       h("h3", {}, h("code", {}, t.topic), ` — ${t.size} message(s)`,
         t.parked ? `, ${t.parked} parked` : "",
         t.consumers.some((c) => c.paused) ? " (its reconciler is paused)" : ""),
+      t.size > 1 ? drainAllForm(t.topic, t.size) : null,
       h("ul", { class: "dlq-list" }, items.map((m) => h("li", { class: "dlq-message",
         dataset: { id: String(m.id) } },
       h("p", {}, h("strong", {}, `#${m.id}`), " from ", h("code", {}, m.original_topic || "?"),
@@ -106,7 +175,7 @@ async function renderTopics() {
         h("th", { scope: "row" }, h("code", {}, t.topic)), h("td", {}, g.group),
         h("td", {}, g.depth), h("td", {}, g.in_flight), h("td", {}, g.held),
         h("td", {}, g.retrying), h("td", {}, g.oldest_age_ms ? duration(g.oldest_age_ms) : "–"),
-        h("td", {}, g.paused ? "paused" : "running"),
+        h("td", {}, g.paused ? "paused" : "running", " ", consumerButton(t.topic, g)),
         h("td", {}, t.is_dlq ? "–" : t.dlq_size)));
     }
   }

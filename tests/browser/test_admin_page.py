@@ -116,3 +116,44 @@ async def test_sign_in_drain_a_dead_letter_and_read_the_audit(server: Server, pa
     await page.get_by_role("button", name="Sign out").click()
     assert await page.evaluate("sessionStorage.length") == 0
     assert await page.locator("#login").is_visible()
+
+
+async def test_drain_all_of_a_topic_and_resume_its_paused_reconciler(
+    server: Server, page: Any
+) -> None:
+    r = await server.client.post("/api/v1/admin/consumers/build_dlq/pause", headers=AUTH,
+                                 json={"reason": "look before draining"})
+    assert r.status_code == 200, r.text
+    for name in ("bulk1", "bulk2"):
+        await server.land(change(name, files=f"{name}/a.py", fake="trigger-error"))
+    deadline = time.monotonic() + 30
+    items: list[Any] = []
+    while time.monotonic() < deadline and len(items) < 2:
+        items = (await server.client.get("/api/v1/admin/dlq/build_dlq/messages",
+                                         headers=AUTH)).json()["items"]
+        await asyncio.sleep(0.1)
+    assert len(items) >= 2, items
+
+    await page.goto(f"{server.base_url}/admin")
+    await page.get_by_label("Admin token").fill(TOKEN)
+    await page.get_by_role("button", name="Sign in").click()
+    bulk = page.locator('form.dlq-all[data-topic="build_dlq"]')
+    await bulk.wait_for()
+    await bulk.get_by_role("combobox").select_option("discard")
+    await bulk.get_by_role("button", name="Apply to all").click()  # no reason: refused
+    assert await bulk.evaluate("f => f.querySelector('input[name=reason]').validity.valueMissing")
+    await bulk.get_by_label("Reason").fill("trigger outage; every one of them is moot")
+    await bulk.get_by_role("button", name="Apply to all").click()
+    await page.locator(f"#action-result:has-text('discarded: {len(items)}')").wait_for()
+    await page.locator("#dlq:has-text('No dead letters')").wait_for()
+
+    resume = page.locator('button.consumer-toggle[data-topic="build_dlq"][data-action="resume"]')
+    await resume.click()
+    await page.locator("#action-result:has-text('resumed')").wait_for()
+    await page.locator(
+        'button.consumer-toggle[data-topic="build_dlq"][data-action="pause"]').wait_for()
+    topics = (await server.client.get("/api/v1/admin/topics", headers=AUTH)).json()["topics"]
+    (dlq,) = [t for t in topics if t["topic"] == "build_dlq"]
+    assert not any(g["paused"] for g in dlq["groups"])
+    await page.locator('#audit tr[data-action="resume"]').wait_for()
+    assert "ops-alice" in await page.locator('#audit tr[data-action="resume"]').inner_text()
