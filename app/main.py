@@ -21,6 +21,7 @@ from app.api.app_routes import install
 from app.api.docs import install_docs
 from app.api.middleware import HttpMetrics, SecurityHeaders
 from app.controllers.common import Deps, log_ids
+from app.controllers.freeze import FreezeThaw
 from app.controllers.outages import OutageGuard, webhook_notifier
 from app.controllers.pipeline import TopicSettings, build_consumers, build_topology
 from app.controllers.resync import SpeculateResync
@@ -33,6 +34,7 @@ from app.domain.redaction import SecretMask
 from app.extensions.base import QueueExtensions
 from app.extensions.factory import ExtensionRegistry, load_queues_file, webhook_secrets
 from app.gateway.access import Access, AccessPolicy
+from app.gateway.github import GitHubResync
 from app.logs import configure_logging
 from app.metrics import Metrics, state_source
 from app.queue import Backoff, Broker, Chaos, ConsumerService, backend_for_url
@@ -41,6 +43,7 @@ from app.settings import Settings, get_settings
 from app.speculation.scoring import build_scorer
 from app.views.data import TimingCache
 from app.views.events import EventHub
+from app.views.stalls import StallDetector
 
 log = logging.getLogger("submitqueue")
 OPEN_WARNING = ("SQ_AUTH=open on an address other machines can reach: anyone who reaches "
@@ -84,8 +87,10 @@ class Runtime:
             member_id=settings.effective_member_id,
         )
         self.deps = Deps(db=self.db, broker=self.broker, extensions=self.extensions.for_queue,
-                         metrics=self.metrics)
-        self.metrics.attach(state_source(self.db, self.broker),
+                         metrics=self.metrics,
+                         freeze_windows={n: q.freeze_windows for n, q in self.queues.items()},
+                         freeze_recheck_ms=settings.freeze_recheck_ms)
+        self.metrics.attach(state_source(self.db, self.broker, self.deps.freeze_windows),
                             {name: q.build_budget for name, q in self.queues.items()})
         self.metrics.attach_work(self.db.stats, self.broker)
         orchestrator = settings.role in ("all", "worker")
@@ -113,14 +118,24 @@ class Runtime:
             admin_token=settings.admin_token or None), self.broker.clock)
         self.event_hub = EventHub(self.db)  # live streams of the pages (gateway roles)
         self.view_timing = TimingCache()  # the pages' recent build and merge times
+        self.stalls = StallDetector(self.db, list(self.queues),
+                                    threshold_ms=settings.stall_threshold_ms,
+                                    clock=self.broker.clock) \
+            if settings.stall_threshold_ms else None
+        self.metrics.attach_stalls(self._stall_gauges)
         self.scheduler = Scheduler(on_run=self.metrics.job_finished)
         self.resync: SpeculateResync | None = None
+        self.thaw: FreezeThaw | None = None  # worker roles (app/controllers/freeze.py)
         self._schedule_jobs(orchestrator)
         self.started = False
         # stops, newest first: each service's is pushed just before it starts
         self._stack = AsyncExitStack()
         self._stack.push_async_callback(self.db.dispose)
         self._stack.push_async_callback(lambda: self.event_hub.aclose())  # read ends first
+
+    def _stall_gauges(self) -> list[tuple[str, bool, float]]:
+        """(queue, stalled, seconds unmoved) per queue the stall detector checked."""
+        return [] if self.stalls is None else self.stalls.gauges()
 
     def _schedule_jobs(self, orchestrator: bool) -> None:
         """Every periodic job of this process, on its one scheduler (``app/scheduler.py``
@@ -129,6 +144,11 @@ class Runtime:
         if settings.metrics_refresh_ms:  # 0: every scrape reads the state itself
             every("metrics-refresh", settings.metrics_refresh_ms,
                   lambda: self.metrics.refresh(force=True))
+        if self.stalls is not None:  # every role: the pages and /metrics of each show it
+            every("stall-check", settings.stall_check_ms, self.stalls.run)
+        github = GitHubResync(self)
+        if settings.github_resync_ms and github.queues():  # every role: claims dedupe
+            every("github-resync", settings.github_resync_ms, github.run)
         if not orchestrator:
             return
         if settings.speculate_resync_ms:
@@ -140,6 +160,8 @@ class Runtime:
               lambda: self.broker.collect_garbage(settings.queue_retention_ms))
         for job in self.extensions.periodic_jobs():
             every(job.name, job.interval_ms, job.run)
+        self.thaw = FreezeThaw(self.deps, list(self.queues))
+        every("freeze-thaw", settings.freeze_recheck_ms, self.thaw.run)
 
     async def start(self) -> None:
         """Migrate (or check the migrations), then start the services in order: queue

@@ -41,9 +41,12 @@ from prometheus_client.registry import Collector
 from app.controllers.common import Timed, finished_request
 from app.db.engine import Database, DbStats
 from app.db.repos import circuits as circuit_repo
+from app.db.repos import freezes as freeze_repo
 from app.db.repos import gauges
 from app.db.repos import request_log as request_log_repo
 from app.domain.entities import RequestLog, RequestSummary
+from app.domain.freeze import FreezeWindowConfig
+from app.domain.freeze import current as current_freeze
 from app.domain.outages import Circuit
 from app.queue import Broker, TopicStats
 
@@ -76,25 +79,34 @@ class StateSnapshot:
     requests: dict[str, dict[str, int]] = field(default_factory=dict)
     live_builds: dict[str, int] = field(default_factory=dict)
     circuits: list[Circuit] = field(default_factory=list)
+    frozen: dict[str, bool] = field(default_factory=dict)  # per configured queue
     taken_at: float | None = None
     taken_at_ms: int = 0
 
 
 StateSource = Callable[[], Awaitable[StateSnapshot]]
+StallSource = Callable[[], list[tuple[str, bool, float]]]
 
 
-def state_source(db: Database, broker: Broker) -> StateSource:
-    """Read the shared state from the orchestrator/gateway database and the queue."""
+def state_source(db: Database, broker: Broker,
+                 windows: Mapping[str, tuple[FreezeWindowConfig, ...]] | None = None
+                 ) -> StateSource:
+    """Read the shared state from the orchestrator/gateway database and the queue;
+    ``windows``: each configured queue's freeze windows (``submitqueue_queue_frozen``)."""
 
     async def read() -> StateSnapshot:
         topics = await broker.stats()
+        now = broker.clock()
         async with db.read() as s:
             requests = await request_log_repo.counts_by_status(s)
             live = await gauges.live_builds(s)
             circuits = list((await circuit_repo.load_all(s)).values())
+            manual = await freeze_repo.get_many(s, queues=list(windows or {}))
+        frozen = {q: current_freeze(q, manual.get(q), w, now) is not None
+                  for q, w in (windows or {}).items()}
         return StateSnapshot(topics=topics, requests=requests, live_builds=live,
-                             circuits=circuits, taken_at=time.monotonic(),
-                             taken_at_ms=broker.clock())
+                             circuits=circuits, frozen=frozen, taken_at=time.monotonic(),
+                             taken_at_ms=now)
 
     return read
 
@@ -154,11 +166,27 @@ class _StateCollector(Collector):
         for c in sorted(snap.circuits, key=lambda c: c.dependency):
             circuit_open.add_metric([c.dependency], 1 if c.is_open else 0)
             open_for.add_metric([c.dependency], c.open_for_ms(snap.taken_at_ms) / 1000)
+        stalled = GaugeMetricFamily(f"{NS}_queue_stalled", "1 while the queue's oldest "
+                                    "in-flight request has not moved for longer than "
+                                    "SQ_STALL_THRESHOLD_MS (the stall detector's last check)",
+                                    labels=["queue"])
+        unmoved = GaugeMetricFamily(f"{NS}_queue_unmoved_seconds", "How long the queue's "
+                                    "oldest in-flight request has not moved (0 when nothing "
+                                    "is in flight)", labels=["queue"])
+        for queue, is_stalled, seconds in self.metrics.stalls():
+            stalled.add_metric([queue], 1 if is_stalled else 0)
+            unmoved.add_metric([queue], seconds)
+        frozen = GaugeMetricFamily(f"{NS}_queue_frozen", "1 while the queue is frozen (a "
+                                   "manual freeze or a freeze window: it lands nothing)",
+                                   labels=["queue"])
+        for queue, is_frozen in sorted(snap.frozen.items()):
+            frozen.add_metric([queue], 1 if is_frozen else 0)
         age = GaugeMetricFamily(f"{NS}_metrics_state_age_seconds", "Age of the database "
                                 "state behind the gauges above (-1 before the first read)")
         age.add_metric([], -1 if snap.taken_at is None else time.monotonic() - snap.taken_at)
         yield from (depth, in_flight, held, retrying, oldest, paused, dlq, dlq_parked,
-                    requests, builds, budget, circuit_open, open_for, age)
+                    requests, builds, budget, circuit_open, open_for, stalled, unmoved, frozen,
+                    age)
 
 
 def _counts(name: str, doc: str, label: str, counts: Mapping[str, int]) -> Metric:
@@ -208,6 +236,7 @@ class Metrics:
         self.snapshot = StateSnapshot()
         self._source: StateSource | None = None
         self.work: tuple[DbStats, Broker] | None = None
+        self.stalls: StallSource = lambda: []
         self._lock = asyncio.Lock()
 
         Gauge(f"{NS}_info", "Build and role of this process", ["version", "role"],
@@ -257,6 +286,10 @@ class Metrics:
         self.quota_refusals = Counter(f"{NS}_quota_refusals", "Land requests refused by a "
                                       "quota (in_flight, per_hour); nothing was stored",
                                       ["queue", "limit"], registry=r)
+        self.land_requests = Counter(f"{NS}_land_requests", "Land requests accepted (a "
+                                     "new sqid; replays of an Idempotency-Key not counted), "
+                                     "by priority (normal, high, hotfix)",
+                                     ["queue", "priority"], registry=r)
         self.refresh_errors = Counter(f"{NS}_metrics_refresh_errors", "Failed or timed-out "
                                       "reads of the database state", registry=r)
         self.job_runs = Counter(f"{NS}_scheduler_job_runs", "Runs of the scheduler's periodic "
@@ -274,6 +307,10 @@ class Metrics:
     def attach(self, source: StateSource, budgets: Mapping[str, int]) -> None:
         self._source = source
         self.budgets = dict(budgets)
+
+    def attach_stalls(self, source: StallSource) -> None:
+        """The stall detector's verdicts: ``(queue, stalled, seconds unmoved)`` each."""
+        self.stalls = source
 
     def attach_work(self, stats: DbStats, broker: Broker) -> None:
         """Report what this process asks of its databases (``_WorkCollector``)."""
@@ -327,6 +364,9 @@ class Metrics:
 
     def quota_refused(self, queue: str, limit: str) -> None:
         self.quota_refusals.labels(queue, limit).inc()
+
+    def land_accepted(self, queue: str, priority: str) -> None:
+        self.land_requests.labels(queue, priority).inc()
 
     # -- scrape -------------------------------------------------------------------
     async def refresh(self, *, force: bool = False) -> None:

@@ -12,11 +12,18 @@ Jobs the runtime registers (``app/main.py``; worker and ``all`` roles):
 |---|---|---|
 | ``speculate-resync`` | ``SQ_SPECULATE_RESYNC_MS`` (0 = off) | a ``speculate`` wake-up per merge queue with active batches, one message id per queue per interval (``app/controllers/resync.py``) |
 | ``queue-gc`` | ``SQ_QUEUE_GC_INTERVAL_MS`` | delete settled queue messages older than ``SQ_QUEUE_RETENTION_MS`` (``Broker.collect_garbage``; a delete of old rows, harmless when several processes run it) |
+| ``freeze-thaw`` | ``SQ_FREEZE_RECHECK_MS`` | a ``speculate`` wake-up for a queue whose freeze without ``allow_builds`` ended by itself (``until``, a window's end), one message id per end across processes (``app/controllers/freeze.py``) |
 | ``build-heartbeat:<queue>`` | the command runner's ``heartbeat_ms`` (2 s) | a command runner's heartbeat for its own unfinished builds, their logs so far, and cancels asked by other processes (``CommandBuildRunner.beat``; each process beats only for its own builds) |
 
 Every role also runs ``metrics-refresh`` (``SQ_METRICS_REFRESH_MS``): the database state
 behind ``/metrics`` is read in the background, so a scrape does not wait on it (a scrape
-still reads it itself when the snapshot is older than the interval).
+still reads it itself when the snapshot is older than the interval); and ``stall-check``
+(``SQ_STALL_CHECK_MS``, off with ``SQ_STALL_THRESHOLD_MS=0``): the stall detector
+(``app/views/stalls.py``) looks at each queue's oldest in-flight request, for the pages
+and ``submitqueue_queue_stalled``; and, when a queue has a ``github`` change provider,
+``github-resync`` (``SQ_GITHUB_RESYNC_MS``, 0 = off): each such queue lands the labelled
+open pull requests a lost webhook delivery left out (``app/gateway/github.py``; the
+change claims make it harmless when several processes run it).
 
 Every run is counted in ``/metrics``: ``submitqueue_scheduler_job_runs_total{job,outcome}``,
 ``submitqueue_scheduler_job_duration_seconds{job}`` and

@@ -86,6 +86,10 @@ class Settings(BaseSettings):
     outage_notify_after_s: float = Field(default=300.0, ge=0, le=7 * 24 * 3600)
     outage_notify_url: str = Field(default="", repr=False)
 
+    # Freezes (docs/freeze.md): a merge held by a queue's freeze looks again at least
+    # this often, so an unfreeze (or a new `until`) lands it within this interval.
+    freeze_recheck_ms: int = Field(default=2000, ge=10, le=600_000)
+
     # Speculation: every this often, a speculate wake-up per queue with active batches
     # (one message id per queue per interval across processes); 0 = off.
     speculate_resync_ms: int = Field(default=30_000, ge=0)
@@ -96,6 +100,24 @@ class Settings(BaseSettings):
         if 0 < value < 100:
             raise ValueError(f"{value} ms is too short for a resync interval; use 0 (off) "
                              "or at least 100")
+        return value
+
+    # Stall detector (app/views/stalls.py): a queue is flagged stalled when its oldest
+    # in-flight request's history has not grown for longer than the threshold (0 = off);
+    # checked every stall_check_ms.
+    stall_threshold_ms: int = Field(default=30 * 60_000, ge=0)
+    stall_check_ms: int = Field(default=60_000, ge=100)
+
+    # GitHub (docs/github.md): every this often, each github queue lands the labelled
+    # open pull requests a lost webhook delivery left out; 0 = off.
+    github_resync_ms: int = Field(default=300_000, ge=0)
+
+    @field_validator("github_resync_ms")
+    @classmethod
+    def _github_resync(cls, value: int) -> int:
+        if 0 < value < 1000:
+            raise ValueError(f"{value} ms is too short for the GitHub resync (it reads every "
+                             "open pull request); use 0 (off) or at least 1000")
         return value
 
     # Admin API (kept out of repr() so a logged Settings never shows it)

@@ -10,7 +10,8 @@ def oracle(w: Workload) -> Recorder:
     """Knows every outcome: at arrival, each change is built once on exactly the trunk it
     will land on (the good conflicting changes ahead of it), with unlimited builds; it
     lands when that build ends and every good change it depends on has landed; a bad
-    change is rejected when its one build ends."""
+    change is rejected when its one build ends. It knows the flakes too: its builds
+    never fail spuriously."""
     land: dict[int, int] = {}
     base: dict[int, frozenset[int]] = {}
     for i in range(w.n):
@@ -27,7 +28,7 @@ def oracle(w: Workload) -> Recorder:
     builds: dict[int, SimBuild] = {}
     for t, kind, i in sorted(events):
         if kind == 1:
-            builds[i] = rec.build(i, base[i] | {i}, t)
+            builds[i] = rec.build(i, base[i] | {i}, t, flaky=False)
         elif w.bad[i]:
             rec.reject(i)
         else:
@@ -50,10 +51,10 @@ def serial(w: Workload) -> Recorder:
     return rec
 
 
-def batch_bisect(w: Workload) -> Recorder:
-    """bors-style: one build at a time of every waiting change together; a passing batch
-    lands in one push; a failing batch of several is split in two halves that are tried
-    next, in order; a failing single change is rejected."""
+def batch_bisect(w: Workload, max_batch: int | None = None) -> Recorder:
+    """bors-style: one build at a time of every waiting change together (at most
+    ``max_batch``); a passing batch lands in one push; a failing batch of several is split
+    in two halves that are tried next, in order; a failing single change is rejected."""
     rec = Recorder(w)
     t = 0
     nxt = 0  # next change not yet taken into a batch
@@ -62,8 +63,9 @@ def batch_bisect(w: Workload) -> Recorder:
         if not work:
             if nxt < w.n and w.arrival[nxt] > t:
                 t = w.arrival[nxt]
-            batch = []
-            while nxt < w.n and w.arrival[nxt] <= t:
+            batch: list[int] = []
+            while nxt < w.n and w.arrival[nxt] <= t and (
+                    max_batch is None or len(batch) < max_batch):
                 batch.append(nxt)
                 nxt += 1
             work.append(batch)

@@ -8,7 +8,13 @@ after the landing (everything landed before, plus the rest of the group) must be
 exactly those in the build's tree, and that build must have passed. Changes that do
 not conflict with X commute with it in this model (that is what the conflict analysis
 asserts), so they may differ. A landing that fails the check, or any landing of a bad
-change, counts as a *red landing*.
+change, counts as a *red landing* (a landed combination containing a truly bad change
+is always one: every build containing it failed).
+
+**Flaky builds.** A build of good changes fails spuriously as the workload pre-drew it
+(:meth:`Workload.flaky`, keyed by the build's ``members`` and how many builds of that
+exact set this strategy started before). A good change a strategy rejects is *evicted*
+(``good_evicted``): only a flaky failure can have caused it.
 """
 
 from __future__ import annotations
@@ -40,13 +46,20 @@ class Recorder:
     aborted: int = 0
     red: int = 0
     _counts: dict[int, int] = field(default_factory=dict)
+    _attempts: dict[frozenset[int], int] = field(default_factory=dict)
 
-    def build(self, head: int, members: frozenset[int], now: int) -> SimBuild:
-        """Start a build of ``members`` (head included) on today's trunk."""
+    def build(self, head: int, members: frozenset[int], now: int, *,
+              flaky: bool = True) -> SimBuild:
+        """Start a build of ``members`` (head included) on today's trunk. ``flaky=False``
+        (the oracle, which knows every outcome) never sees a spurious failure."""
         k = self._counts.get(head, 0)
         self._counts[head] = k + 1
         self.started += 1
         ok = not any(self.w.bad[m] for m in members)
+        if ok and flaky and self.w.point.p_flake > 0.0:
+            attempt = self._attempts.get(members, 0)
+            self._attempts[members] = attempt + 1
+            ok = not self.w.flaky(members, attempt)
         return SimBuild(head, members, len(self.trunk), now, now + self.w.duration(head, k), ok)
 
     def abort(self, b: SimBuild) -> None:
@@ -87,6 +100,9 @@ class Recorder:
             "builds_per_landed": self.started / n if n else float("nan"),
             "aborted_builds": self.aborted, "red_landings": self.red, "landed": n,
             "landed_set": sorted(self.landed_at),
+            "mean": sum(turn) / n if n else float("nan"),
+            "good_evicted": sum(1 for x in self.rejected if not self.w.bad[x]),
+            "bad_landed": sum(1 for x in self.landed_at if self.w.bad[x]),
         }
 
 

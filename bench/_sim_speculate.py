@@ -21,6 +21,7 @@ from collections import deque
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from app.controllers.speculate import DEFAULT_MEAN_BUILD_MS, DURATION_WEIGHT
 from app.domain.entities import Batch, PathEntry, SpeculationPath
 from app.domain.states import BatchState, PathStatus
 from app.speculation import core
@@ -51,6 +52,10 @@ class SpecConfig:
     min_probability: float = 0.1
     weigh_alternatives: bool = True
     hedge_by_time: bool = True
+    # the mean build time the planner is told: ``window``, the mean of the last 50 builds
+    # (T before the first ends); ``ewma``, the controller's own running mean
+    # (``DURATION_WEIGHT`` per build, ``DEFAULT_MEAN_BUILD_MS`` before the first ends)
+    mean_build: Literal["window", "ewma"] = "window"
 
 
 def bid(i: int) -> str:
@@ -74,6 +79,7 @@ class _Sim:
         self.head_of: dict[str, str] = {}
         self.ends: list[tuple[int, int, str]] = []
         self.recent: deque[int] = deque(maxlen=50)
+        self.ewma = DEFAULT_MEAN_BUILD_MS
         self.plans = 0  # diagnostics: plans run, merges on coverage, paths they invalidated
         self.bypasses = 0
         self.rebuilds = 0
@@ -113,6 +119,7 @@ class _Sim:
     def finish(self, pid: str, t: int) -> None:
         b = self.running.pop(pid)
         self.recent.append(b.end - b.start)
+        self.ewma += DURATION_WEIGHT * ((b.end - b.start) - self.ewma)
         self._set(pid, PathStatus.PASSED if b.passed else PathStatus.FAILED, t)
 
     def _set(self, pid: str, status: PathStatus, t: int) -> None:
@@ -142,6 +149,8 @@ class _Sim:
         entries = {h: self.entries[h] for h in self.active if h in self.entries}
         mean = sum(self.recent) / len(self.recent) if self.recent else float(T_MS)
         cfg = self.cfg
+        if cfg.mean_build == "ewma":
+            mean = self.ewma
         return PlanInput(batches=batches, entries=entries, probs=self.probs,
                          budget=self.w.point.budget if cfg.funding == "planner" else 0,
                          allocator=cfg.allocator, coverage=cfg.coverage, now_ms=t,

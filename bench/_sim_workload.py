@@ -14,6 +14,8 @@ Model:
   a change depends on the earlier changes it conflicts with that are still in flight
   when it arrives (conflicts with landed ones are part of the trunk it builds on);
 - build durations are uniform in ``[dur_lo, dur_hi] * T``;
+- ``batch``: the most changes a batching strategy (the peers' ``bors``, ``mergify``,
+  ``github-headgreen`` groups) puts in one batch or group; the others ignore it;
 - a scorer may see a *risk flag*: the change's true class, wrong with probability
   ``flag_error`` (a noisy classifier, never the outcome itself).
 """
@@ -40,6 +42,8 @@ class Point:
     dur_lo: float = 0.8
     dur_hi: float = 1.2
     flag_error: float = 0.2
+    p_flake: float = 0.0
+    batch: int = 4
 
     @property
     def p_fail(self) -> float:
@@ -48,7 +52,8 @@ class Point:
 
     def to_json(self) -> dict[str, Any]:
         return {"load": self.load, "budget": self.budget, "p_fail": round(self.p_fail, 4),
-                "p_conflict": self.p_conflict, "seed": self.seed}
+                "p_conflict": self.p_conflict, "seed": self.seed, "p_flake": self.p_flake,
+                "batch": self.batch}
 
 
 @dataclass(slots=True)
@@ -83,6 +88,16 @@ class Workload:
             d = round(rng.uniform(self.point.dur_lo, self.point.dur_hi) * T_MS)
             self._durations[key] = d
         return d
+
+    def flaky(self, members: frozenset[int], k: int) -> bool:
+        """Whether the k-th build (0-based) of ``members`` on top of a trunk fails
+        spuriously: drawn from (seed, the set, k) alone, so it is the same luck for every
+        strategy."""
+        p = self.point.p_flake
+        if p <= 0.0:
+            return False
+        key = ",".join(map(str, sorted(members)))
+        return random.Random(f"{self.point.seed}/flake/{key}/{k}").random() < p
 
 
 def draw(point: Point) -> Workload:

@@ -8,6 +8,8 @@ simulated clock and simulated CI; see ``bench/_sim_workload.py`` for the model a
     python -m bench.simulate --json          # one JSON object per (grid point, strategy)
     python -m bench.simulate --grid default  # only the default point
     python -m bench.simulate --n 60 --strategies oracle,best-first --grid default
+    python -m bench.simulate --grid peers    # ours against the peers' policies (issue 16)
+    python -m bench.simulate --grid peers --seeds 1-10   # a summary table per grid point
 
 Strategies (``bench/_sim_baselines.py``, ``bench/_sim_speculate.py``):
 
@@ -24,10 +26,20 @@ Strategies (``bench/_sim_baselines.py``, ``bench/_sim_speculate.py``):
   evidence, hedges above 10% probability only, timed hedges;
 - ``best-first+preempt``: the same with the preempting allocator;
 - ``best-first+coverage``: ``best-first`` plus merge on full coverage when it pays;
-- ``best-first+coverage-naive``: merge as soon as covered, complements from spare slots.
+- ``best-first+coverage-naive``: merge as soon as covered, complements from spare slots;
+- ``default``: ours exactly as a queue with the shipped ``queues.yaml`` defaults runs
+  it (constant scorer 0.9, sticky allocator, no coverage, build evidence, hedges above
+  10 % only, timed hedges), its ``build_budget`` set to the point's CI capacity;
+- the peers (``bench/_sim_peers.py``): ``zuul``, ``bors``, ``mergify``,
+  ``github-allgreen``, ``github-headgreen``, ``trunk``.
 
-Exits 1 when a strategy landed a red combination or the strategies did not all land the
-same set of changes (only the good ones).
+Grids: ``default`` (the default point), ``small`` (it and four neighbours), ``peers``:
+the default point, a CI-constrained point (8 -> 16 changes per T, budget 4), a flaky
+point (the default with ``p_flake`` 0.05) and a one-lane point (every change conflicts).
+
+Exits 1 when a strategy landed a red combination or did not land exactly the truly good
+changes (under flaky builds too: every good change landed, no bad one did; a good
+change a flake got evicted is a problem, named with the count).
 """
 
 from __future__ import annotations
@@ -45,8 +57,10 @@ from typing import Any
 
 from app.speculation.coverage import CoveragePolicy
 from bench._sim_baselines import batch_bisect, oracle, serial
+from bench._sim_peers import PEERS
 from bench._sim_record import Recorder
 from bench._sim_speculate import SpecConfig, speculate
+from bench._sim_summary import summarize, summary_table
 from bench._sim_workload import Point, Workload, draw
 
 Strategy = Callable[[Workload], Recorder]
@@ -72,6 +86,12 @@ STRATEGIES: dict[str, Strategy] = {
     # for comparison: merge as soon as covered, and fund complements from spare slots
     "best-first+coverage-naive": _spec(SpecConfig(
         coverage=CoveragePolicy(min_remaining=0.0, complements=True))),
+    # the shipped defaults (app/domain/queue_config.py, queues.yaml): scorer constant 0.9,
+    # speculation {allocator: sticky, coverage: false, min_probability: 0.1,
+    # hedge_by_time: true}, PlanInput's evidence, the controller's running mean build
+    # time; build_budget = the point's budget (the CI's capacity)
+    "default": _spec(SpecConfig(scorer="fixed", fixed_p=0.9, mean_build="ewma")),
+    **PEERS,
 }
 
 DEFAULT = Point()
@@ -79,6 +99,8 @@ GRID = {
     "default": [DEFAULT],
     "small": [DEFAULT, replace(DEFAULT, load=2.0), replace(DEFAULT, budget=4),
               replace(DEFAULT, budget=32), replace(DEFAULT, p_conflict=0.1)],
+    "peers": [DEFAULT, replace(DEFAULT, load=16.0, budget=4),
+              replace(DEFAULT, p_flake=0.05), replace(DEFAULT, p_conflict=1.0)],
 }
 
 
@@ -107,36 +129,49 @@ def rows_for(point: Point, results: dict[str, dict[str, Any]]) -> list[dict[str,
             row[f"{q}_vs_oracle"] = m[q] / base[q] if base and base[q] > 0 else math.nan
         row.update({k: m[k] for k in ("throughput", "builds_per_landed", "aborted_builds",
                                       "red_landings", "landed")})
+        # added with the peers (after the older keys, so those lines keep their prefix)
+        row["mean"] = m["mean"]
+        row["mean_vs_oracle"] = m["mean"] / base["mean"] if base and base["mean"] > 0 \
+            else math.nan
+        row["good_evicted"] = m["good_evicted"]
+        row["bad_landed"] = m["bad_landed"]
         rows.append(row)
     return rows
 
 
 def check_point(point: Point, results: dict[str, dict[str, Any]]) -> list[str]:
-    """Problems at one grid point: red landings, or landed sets that differ."""
+    """Problems at one grid point: red landings, or a landed set other than exactly the
+    truly good changes (with flaky builds as without: every good change landed and no
+    bad one did, whatever each strategy's builds said)."""
     good = sorted(draw(point).good)
     problems = []
     for name, m in results.items():
         if m["red_landings"]:
             problems.append(f"{name}: {m['red_landings']} red landings at {point.to_json()}")
         if m["landed_set"] != good:
+            landed = set(m["landed_set"])
+            evicted = sum(1 for g in good if g not in landed)
+            bad = len(landed - set(good))
             problems.append(f"{name}: landed {m['landed']} changes, not the {len(good)} good "
-                            f"ones, at {point.to_json()}")
+                            f"ones ({evicted} good evicted, {bad} bad landed), at "
+                            f"{point.to_json()}")
     return problems
 
 
 def table(rows: Sequence[dict[str, Any]]) -> str:
     p = rows[0]["point"]
     head = (f"load {p['load']:g} changes/T, budget {p['budget']}, p_fail {p['p_fail']:g}, "
-            f"p_conflict {p['p_conflict']:g}, seed {p['seed']}"
-            + ("  [default]" if rows[0]["default"] else ""))
-    cols = ("strategy", "P50", "P95", "P99", "P50/or", "P95/or", "thru/T", "builds/land",
-            "aborted", "red", "landed")
+            f"p_conflict {p['p_conflict']:g}, p_flake {p['p_flake']:g}, batch {p['batch']}, "
+            f"seed {p['seed']}" + ("  [default]" if rows[0]["default"] else ""))
+    cols = ("strategy", "P50", "P95", "P99", "mean", "P50/or", "P95/or", "mean/or", "thru/T",
+            "builds/land", "aborted", "red", "landed", "evicted")
     lines = [head, "  ".join(f"{c:>11}" if i else f"{c:<26}" for i, c in enumerate(cols))]
     for r in rows:
-        vals = [f"{r['p50']:.2f}", f"{r['p95']:.2f}", f"{r['p99']:.2f}",
+        vals = [f"{r['p50']:.2f}", f"{r['p95']:.2f}", f"{r['p99']:.2f}", f"{r['mean']:.2f}",
                 f"{r['p50_vs_oracle']:.2f}x", f"{r['p95_vs_oracle']:.2f}x",
-                f"{r['throughput']:.2f}", f"{r['builds_per_landed']:.2f}",
-                str(r["aborted_builds"]), str(r["red_landings"]), str(r["landed"])]
+                f"{r['mean_vs_oracle']:.2f}x", f"{r['throughput']:.2f}",
+                f"{r['builds_per_landed']:.2f}", str(r["aborted_builds"]),
+                str(r["red_landings"]), str(r["landed"]), str(r["good_evicted"])]
         lines.append(f"{r['strategy']:<26}  " + "  ".join(f"{v:>11}" for v in vals))
     return "\n".join(lines)
 
@@ -172,6 +207,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="comma-separated subset (oracle is always run for the ratios)")
     ap.add_argument("--n", type=int, help="changes per grid point (default 300)")
     ap.add_argument("--seed", type=int, help="workload seed (default 1)")
+    ap.add_argument("--seeds", help="several seeds, e.g. 1-10 or 1,3,5: every grid point "
+                    "with each; without --json, one summary table per grid point")
+    ap.add_argument("--p-flake", type=float, help="P(a build of good changes fails "
+                    "spuriously) at every grid point")
+    ap.add_argument("--batch", type=int, help="batch size of the batching peers")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     args = ap.parse_args(argv)
     names = [s for s in args.strategies.split(",") if s]
@@ -183,16 +223,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     points = GRID[args.grid]
     if args.n is not None:
         points = [replace(p, n=args.n) for p in points]
-    if args.seed is not None:
-        points = [replace(p, seed=args.seed) for p in points]
+    if args.p_flake is not None:
+        points = [replace(p, p_flake=args.p_flake) for p in points]
+    if args.batch is not None:
+        points = [replace(p, batch=args.batch) for p in points]
+    seeds = _seeds(args.seeds) if args.seeds else None
+    if args.seed is not None or seeds:
+        points = [replace(p, seed=s) for p in points for s in (seeds or [args.seed])]
     started = time.perf_counter()
     rows, problems, cpu = simulate(points, names, args.jobs)
     wall = time.perf_counter() - started
+    if seeds and not args.json:
+        print(_summaries(points, rows, len(seeds)))
     for point_rows in rows:
         if args.json:
             for r in point_rows:
                 print(json.dumps(r))
-        else:
+        elif not seeds:
             print(table(point_rows), end="\n\n")
     if not args.json:
         print(f"{len(points)} grid points x {len(names)} strategies in {wall:.1f} s "
@@ -200,6 +247,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     for p in problems:
         print(f"PROBLEM: {p}", file=sys.stderr)
     return 1 if problems else 0
+
+
+def _seeds(text: str) -> list[int]:
+    out: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        out += range(int(lo), int(hi or lo) + 1)
+    return out
+
+
+def _summaries(points: Sequence[Point], rows: Sequence[list[dict[str, Any]]],
+               per: int) -> str:
+    """One table per grid point over its seeds (``points`` are grouped by seed)."""
+    out = []
+    for k in range(0, len(points), per):
+        group = points[k:k + per]
+        good = sum(len(draw(p).good) for p in group)
+        p = group[0].to_json()
+        title = (f"load {p['load']:g} changes/T, budget {p['budget']}, p_fail "
+                 f"{p['p_fail']:g}, p_conflict {p['p_conflict']:g}, p_flake {p['p_flake']:g}, "
+                 f"batch {p['batch']}, seeds {group[0].seed}-{group[-1].seed} "
+                 f"({good} good changes in all)")
+        flat = [r for point_rows in rows[k:k + per] for r in point_rows]
+        out.append(summary_table(title, summarize(flat, good)) + "\n")
+    return "\n".join(out)
 
 
 if __name__ == "__main__":

@@ -60,6 +60,7 @@ from app.api.admin_schemas import (
 )
 from app.api.auth import Credentials, authorize
 from app.api.deps import ApiRuntime, RuntimeDep
+from app.api.examples import ok
 from app.api.schemas import ErrorOut, SafeLine, SafeText
 from app.controllers.dlq import Reconciler, Undecodable
 from app.controllers.dlq.reconcilers import decode_entity
@@ -172,8 +173,15 @@ async def _audit(rt: AdminRuntime, *, actor: str, action: str, topic: str,
 # -- topics and dead letters ----------------------------------------------------------
 
 
-@router.get("/topics", response_model=TopicsOut)
+@router.get("/topics", response_model=TopicsOut, summary="Every queue topic's backlog",
+            responses=ok(200, "TOPICS"))
 async def topics(rt: Runtime, _actor: Actor) -> TopicsOut:
+    """Each topic of the durable queue (``build``, ``build_dlq``, ...) and, per consumer
+    group, its depth (unsettled messages), in flight, held (postponed without spending
+    an attempt, e.g. while a dependency is down; its partition waits), retrying, the
+    oldest message's age and whether it is paused (the whole group or
+    ``paused_partitions``); for a topic with a DLQ, the DLQ's size and parked count.
+    Start here when requests stall: a growing depth or DLQ names the stage."""
     return TopicsOut(topics=[TopicStatsOut(
         topic=t.topic, serial=t.serial, is_dlq=t.is_dlq, dlq_topic=t.dlq_topic,
         dlq_size=t.dlq_size, dlq_parked=t.dlq_parked, parked=t.parked,
@@ -184,8 +192,12 @@ async def topics(rt: Runtime, _actor: Actor) -> TopicsOut:
     ) for t in await rt.broker.stats()])
 
 
-@router.get("/dlq", response_model=DlqTopicsOut)
+@router.get("/dlq", response_model=DlqTopicsOut, summary="Dead-letter topics and their sizes",
+            responses=ok(200, "DLQ_TOPICS"))
 async def dlq_topics(rt: Runtime, _actor: Actor) -> DlqTopicsOut:
+    """Every dead-letter topic with the topic it takes failures from, how many dead
+    letters it holds unsettled (``size``) and parked, and its consumers (a paused one
+    keeps them for an operator instead of reconciling them)."""
     stats = {t.topic: t for t in await rt.broker.stats()}
     out = []
     for t in stats.values():
@@ -199,12 +211,18 @@ async def dlq_topics(rt: Runtime, _actor: Actor) -> DlqTopicsOut:
     return DlqTopicsOut(topics=out)
 
 
-@router.get("/dlq/{topic}/messages", response_model=DeadLettersOut)
+@router.get("/dlq/{topic}/messages", response_model=DeadLettersOut,
+            summary="A DLQ topic's dead letters, newest first",
+            responses=ok(200, "DEAD_LETTERS"))
 async def dlq_messages(
     rt: Runtime, _actor: Actor, topic: str,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     cursor: Annotated[SafeLine | None, Query(max_length=30)] = None,
 ) -> DeadLettersOut:
+    """The unsettled dead letters of ``topic`` (a ``*_dlq`` topic), newest first, each
+    with its payload, attempts, last error and the request or batch it names
+    (``entity_id``); ``next_cursor`` pages on while the page was full. 404 for a topic
+    that does not exist or is not a DLQ."""
     spec = _dlq_spec(rt, topic)
     before = _seq(cursor) if cursor else None
     msgs = await rt.broker.list_messages(spec.name, before_seq=before, limit=limit)
@@ -220,8 +238,12 @@ async def _load(rt: AdminRuntime, topic: str, seq: int) -> StoredMessage | None:
     return msg if msg.topic == topic else None
 
 
-@router.get("/dlq/{topic}/messages/{message_id}", response_model=DeadLetterOut)
+@router.get("/dlq/{topic}/messages/{message_id}", response_model=DeadLetterOut,
+            summary="One dead letter in full", responses=ok(200, "DEAD_LETTER"))
 async def dlq_message(rt: Runtime, _actor: Actor, topic: str, message_id: str) -> DeadLetterOut:
+    """One dead letter by its ``id`` (the queue's sequence number, as listed), settled or
+    not: payload, failure detail (exception type, retryable, why it was dead-lettered)
+    and the consumer group it failed in. 404 once it was drained."""
     spec = _dlq_spec(rt, topic)
     msg = await _load(rt, spec.name, _seq(message_id))
     if msg is None:
@@ -233,7 +255,10 @@ async def dlq_message(rt: Runtime, _actor: Actor, topic: str, message_id: str) -
 
 
 class DrainBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"mode": "reconcile", "message_ids": [65]},
+        {"mode": "discard", "reason": "poison: the batch was deleted by hand", "limit": 200},
+    ]})
     mode: Literal["reconcile", "requeue", "discard"]
     message_ids: list[Any] | None = Field(default=None, max_length=MAX_IDS)
     reason: SafeText = Field(default="", max_length=2000)
@@ -269,8 +294,17 @@ async def _drain_one(rt: AdminRuntime, body: DrainBody, topic: str, seq: int,
     return DrainItemOut(id=seq, result="reconciled", outcome=OutcomeOut(**outcome.as_dict()))
 
 
-@router.post("/dlq/{topic}/drain", response_model=DrainOut)
+@router.post("/dlq/{topic}/drain", response_model=DrainOut,
+             summary="Reconcile, requeue or discard dead letters", responses=ok(200, "DRAIN"))
 async def drain(rt: Runtime, actor: Actor, topic: str, body: DrainBody) -> DrainOut:
+    """``reconcile`` runs the topic's reconciler on each message now (it settles the
+    request or batch the message names, e.g. fails a batch whose build could not be
+    triggered) and removes the dead letter when it succeeds; ``requeue`` moves it back
+    to its original topic under the same id (after a fix); ``discard`` deletes it.
+    ``requeue`` and ``discard`` need a ``reason``. With ``message_ids: null`` one page
+    (``limit``, at most 1000) of the topic is drained and ``next_cursor`` says whether
+    to call again. Each message reports its result; gone ids say ``not_found``, so a
+    repeat is harmless. Audited (``audit_id``)."""
     spec = _dlq_spec(rt, topic)
     if body.mode in ("requeue", "discard") and not body.reason.strip():
         raise ValidationError(f"mode {body.mode!r} needs a reason (what was fixed, or why "
@@ -300,7 +334,11 @@ async def drain(rt: Runtime, actor: Actor, topic: str, body: DrainBody) -> Drain
 
 
 class PauseBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"reason": "inspect before draining"},
+        {"group": "orchestrator", "partition_key": "demo/batch/3",
+         "reason": "hold this batch while its CI is fixed"},
+    ]})
     group: SafeLine | None = Field(default=None, max_length=255)
     partition_key: SafeLine | None = Field(default=None, min_length=1, max_length=255)
     reason: SafeText = Field(default="", max_length=2000)
@@ -334,26 +372,40 @@ async def _pause_or_resume(rt: AdminRuntime, actor: str, topic: str, body: Pause
     return result
 
 
-@router.post("/consumers/{topic}/pause", response_model=PauseOut)
+@router.post("/consumers/{topic}/pause", response_model=PauseOut,
+             summary="Pause a topic's consumer group (or one partition)",
+             responses=ok(200, "PAUSED"))
 async def pause_consumer(rt: Runtime, actor: Actor, topic: str,
                          body: PauseBody | None = None) -> PauseOut:
+    """Stop handing out ``topic``'s messages to ``group`` (default: the topic's only
+    group), or only those of ``partition_key``; they wait, none is lost. Pausing a DLQ
+    keeps its dead letters for inspection instead of reconciling them. Takes effect in
+    every process; audited with ``reason``."""
     return await _pause_or_resume(rt, actor, topic, body, pause=True)
 
 
-@router.post("/consumers/{topic}/resume", response_model=PauseOut)
+@router.post("/consumers/{topic}/resume", response_model=PauseOut,
+             summary="Resume a paused consumer group (or partition)",
+             responses=ok(200, "RESUMED"))
 async def resume_consumer(rt: Runtime, actor: Actor, topic: str,
                           body: PauseBody | None = None) -> PauseOut:
+    """Undo a pause of the same ``group`` and ``partition_key``; ``changed: false`` when
+    it was not paused. The waiting messages are handed out again. Audited."""
     return await _pause_or_resume(rt, actor, topic, body, pause=False)
 
 
 # -- audit ----------------------------------------------------------------------------
 
 
-@router.get("/audit", response_model=AuditOut)
+@router.get("/audit", response_model=AuditOut, summary="The admin actions, newest first",
+            responses=ok(200, "AUDIT"))
 async def audit(
     rt: Runtime, _actor: Actor, limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     cursor: Annotated[SafeLine | None, Query(max_length=30)] = None,
 ) -> AuditOut:
+    """Every admin action (drains, pauses, resumes, token creations and revocations)
+    with who did it (the token's label), when, on what, why and what came of it;
+    ``next_cursor`` pages on. Refused calls are not recorded."""
     before = _seq(cursor) if cursor else None
     entries = await audit_log.entries(rt.db, before_id=before, limit=limit)
     return AuditOut(items=[AuditEntryOut(**e.__dict__) for e in entries],

@@ -28,8 +28,8 @@ AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 bearer = HTTPBearer(
     auto_error=False, scheme_name="ApiToken",
-    description="An API token (`submitqueue token create`; sq_<id>_<secret>) or "
-                "SQ_ADMIN_TOKEN, as 'Authorization: Bearer <token>'.")
+    description="An API token (`submitqueue token create`; `sq_<id>_<secret>`) or "
+                "`SQ_ADMIN_TOKEN`, as `Authorization: Bearer <token>`.")
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 
 

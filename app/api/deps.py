@@ -22,6 +22,7 @@ from app.queue import Broker
 from app.settings import Settings
 from app.views.data import TimingCache
 from app.views.events import EventHub
+from app.views.stalls import StallDetector
 
 
 class Extensions(Protocol):
@@ -55,6 +56,9 @@ class ApiRuntime(Protocol):
 
     @property
     def view_timing(self) -> TimingCache: ...
+
+    @property
+    def stalls(self) -> StallDetector | None: ...
 
     @property
     def metrics(self) -> Any: ...

@@ -12,7 +12,7 @@
 | ``Busy`` (the SQLite write lock stayed taken too long), queue ``QueueBusy`` | 503 | ``busy`` |
 | ``ServiceUnavailable`` (``TooManyStreams``: ``Retry-After: 5``), other ``QueueError``s, transient database errors | 503 | |
 | ``Unauthorized`` (``WWW-Authenticate: Bearer``), ``BadSignature`` | 401 | their ``code`` |
-| ``Forbidden`` (``AdminDisabled``, ``MissingScope``) | 403 | their ``code`` |
+| ``Forbidden`` (``AdminDisabled``, ``MissingScope``, ``HotfixNotAllowed``) | 403 | their ``code`` |
 | ``QuotaExceeded`` (``Retry-After``: when the quota frees up) | 429 | ``quota_exceeded`` |
 | FastAPI's ``RequestValidationError`` (bad body, query or path) | 422 | ``invalid_request`` |
 | Starlette's ``HTTPException`` (unknown route, wrong method) | its status | e.g. ``not_found`` |

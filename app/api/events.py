@@ -24,6 +24,7 @@ from fastapi.responses import StreamingResponse
 
 from app.api.auth import Reader
 from app.api.deps import RuntimeDep, queue_config
+from app.api.examples import media
 from app.api.schemas import ErrorOut, RequestSummaryOut
 from app.domain.entities import RequestSummary
 from app.views.events import EventHub, Subscriber
@@ -69,11 +70,18 @@ async def stream(hub: EventHub, sub: Subscriber, *,
 
 
 @router.get("/events", response_class=StreamingResponse,
-            responses={200: {"content": {"text/event-stream": {}},
-                             "description": "A Server-Sent Events stream."}})
+            summary="Live updates of a queue's requests (Server-Sent Events)",
+            responses={200: {"content": {"text/event-stream": {
+                "schema": {"type": "string"}, **media("EVENTS")}},
+                "description": "A Server-Sent Events stream."}})
 async def events(rt: RuntimeDep, _caller: Reader,
                  queue: Annotated[str, Query(max_length=100)]) -> Any:
-    """Live updates of a queue's requests as Server-Sent Events (see the module doc)."""
+    """Live updates of a queue's requests as Server-Sent Events: an ``event: request``
+    frame each time a request's history grows, its ``data`` the request's summary (as
+    ``GET /queues/{queue}/requests/{n}``) plus its ``stage``, its ``id`` the
+    request-log row; a ``: keep-alive`` comment every 15 s; ``event: reset`` when the
+    stream fell behind (then it ends: reconnect and re-read). 503 with ``Retry-After``
+    when the server holds too many streams."""
     queue_config(rt, queue)
     hub = rt.event_hub
     sub = await hub.subscribe(queue)  # TooManyStreams: 503 + Retry-After (app/api/errors.py)

@@ -18,19 +18,52 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.api.examples import media, ok
 
 router = APIRouter(tags=["health"])
 
 READY_TIMEOUT_S = 5.0
 
 
-@router.get("/healthz")
+class CheckOut(BaseModel):
+    """One readiness check; each adds its own details (``current``, ``running``, ...)."""
+
+    model_config = ConfigDict(extra="allow")
+    ok: bool
+    error: str | None = Field(default=None, description="Why it failed.")
+    warning: str | None = Field(default=None, description="Worth a look; never unready.")
+
+
+class ReadyOut(BaseModel):
+    ready: bool
+    checks: dict[str, CheckOut]
+
+
+@router.get("/healthz", summary="Liveness: the process serves HTTP",
+            responses=ok(200, "HEALTHZ"))
 async def healthz() -> dict[str, str]:
+    """Always ``200 {"status": "ok"}`` while the process answers HTTP; it checks nothing
+    else (use ``/readyz`` to know whether the server can do its work). No token needed."""
     return {"status": "ok"}
 
 
-@router.get("/readyz")
+@router.get("/readyz", summary="Readiness: every check the server needs to do its work",
+            responses={**ok(200, "READYZ", description="every check passed"),
+                       503: {"description": "a check failed, timed out, or the server is "
+                                            "starting or stopping", "model": ReadyOut,
+                             "content": {"application/json": media("READYZ_NOT_READY")}}},
+            response_model=ReadyOut)
 async def readyz(request: Request) -> JSONResponse:
+    """``200`` when every check passes: ``database`` answers, ``migrations`` at head,
+    ``database_writes`` (a rolled-back write within 2 s), ``builds`` (each command
+    runner can sandbox its builds as configured) and ``consumers`` (every consumer loop
+    alive). ``dependencies`` (each circuit breaker's state) and ``auth`` (the mode, and a
+    ``warning`` for ``open`` on a reachable address) are reported but never make it
+    unready. ``503`` with the same body otherwise, also while starting or stopping or
+    when the checks take over 5 s; a failed check says why in ``error``. No token
+    needed: point a load balancer's health check here."""
     runtime: Any = getattr(request.app.state, "runtime", None)
     if runtime is None:
         checks: dict[str, dict[str, Any]] = {"runtime": {"ok": False, "error": "not started"}}

@@ -19,8 +19,6 @@ connections (no inline script or style), ``X-Content-Type-Options: nosniff``,
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from fastapi import APIRouter, FastAPI
 from fastapi.responses import FileResponse
 from starlette.responses import Response
@@ -29,8 +27,9 @@ from starlette.types import Scope
 
 from app.api.deps import RuntimeDep
 from app.domain.errors import NotFound
+from app.resources import resource
 
-STATIC_DIR = Path(__file__).resolve().parents[2] / "frontend-static"
+STATIC_DIR = resource("frontend-static")  # the wheel's bundled copy or the checkout's
 
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; "

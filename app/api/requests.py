@@ -28,6 +28,7 @@ from fastapi import APIRouter, Header, Path, Query, Response
 
 from app.api.auth import Canceller, Lander, Reader
 from app.api.deps import RuntimeDep, queue_config
+from app.api.examples import ok
 from app.api.schemas import (
     CancelAccepted,
     CancelBody,
@@ -42,9 +43,10 @@ from app.api.schemas import (
     RequestSummaryOut,
     SafeLine,
 )
-from app.domain.errors import QuotaExceeded, ValidationError
+from app.domain.access import hotfix_refusal
+from app.domain.errors import HotfixNotAllowed, QuotaExceeded, ValidationError
 from app.domain.ids import request_id
-from app.domain.states import PublicStatus
+from app.domain.states import Priority, PublicStatus
 from app.domain.text import check_line
 from app.gateway import landing
 from app.gateway import requests as gateway
@@ -59,11 +61,12 @@ router = APIRouter(prefix="/api/v1", tags=["requests"], responses=_ERRORS)
 
 MAX_INT64 = 2**63 - 1  # the widest integer both databases store
 RequestNumber = Annotated[int, Path(ge=1, le=MAX_INT64,
-                                    description="The number in the sqid <queue>/<n>.")]
+                                    description="The number in the sqid `<queue>/<n>`.")]
 MAX_CURSOR_ID = 255
 
 
-@router.post("/queues/{queue}/requests", status_code=202, response_model=LandAccepted)
+@router.post("/queues/{queue}/requests", status_code=202, response_model=LandAccepted,
+             summary="Land a stack of changes", responses=ok(202, "LAND_ACCEPTED"))
 async def land(
     queue: str, body: LandBody, runtime: RuntimeDep, response: Response, caller: Lander,
     idempotency_key: Annotated[str | None, Header(
@@ -77,34 +80,52 @@ async def land(
     that already landed is refused with 409 naming that request (``app/gateway/landing.py``).
     Needs the scope ``land`` (under ``SQ_AUTH=required``); the caller's actor is recorded
     as ``submitted_by`` and its quotas (``quotas:`` in queues.yaml) apply: 429 with
-    ``Retry-After`` when one is used up, and nothing is stored.
+    ``Retry-After`` when one is used up, and nothing is stored. ``priority`` ``hotfix``
+    needs the admin token or the caller's actor on the queue's ``hotfix_allowed``
+    (403 ``hotfix_not_allowed`` otherwise).
     """
     config = queue_config(runtime, queue)
+    if body.priority is Priority.HOTFIX:
+        refusal = hotfix_refusal(caller, config.hotfix_allowed, queue)
+        if refusal is not None:
+            runtime.metrics.auth_refused("hotfix", HotfixNotAllowed.code)
+            raise HotfixNotAllowed(refusal)
     try:
         landed = await landing.accept(runtime, queue=queue, config=config,
                                       change_uris=body.change_uris, strategy=body.strategy,
-                                      key=idempotency_key, actor=caller.actor)
+                                      key=idempotency_key, actor=caller.actor,
+                                      priority=body.priority)
     except QuotaExceeded as exc:
         runtime.metrics.quota_refused(queue, exc.limit)
         raise
     if landed.replayed:
         response.headers["Idempotent-Replayed"] = "true"
+    else:
+        runtime.metrics.land_accepted(queue, body.priority.value)
     return LandAccepted(sqid=landed.sqid, queue=queue, status=landed.status)
 
 
-@router.get("/queues/{queue}/requests/{n}", response_model=RequestSummaryOut)
+@router.get("/queues/{queue}/requests/{n}", response_model=RequestSummaryOut,
+            summary="One request's status", responses=ok(200, "SUMMARY"))
 async def get_request(queue: str, n: RequestNumber, runtime: RuntimeDep,
                       _caller: Reader) -> RequestSummaryOut:
-    """The current status of one request."""
+    """The current status of one request (``<queue>/<n>``): its changes, public status,
+    last error, who submitted it, ``metadata`` (``batch_id``, landed ``commits``, a
+    cancel's ``reason``) and, once landed, the commit each change landed as. 404 for a
+    request the queue never had."""
     queue_config(runtime, queue)
     found = await gateway.summary(runtime.db, queue=queue, sqid=request_id(queue, n))
     return RequestSummaryOut.of(found)
 
 
-@router.get("/queues/{queue}/requests/{n}/history", response_model=HistoryOut)
+@router.get("/queues/{queue}/requests/{n}/history", response_model=HistoryOut,
+            summary="One request's history", responses=ok(200, "HISTORY"))
 async def get_history(queue: str, n: RequestNumber, runtime: RuntimeDep,
                       _caller: Reader) -> HistoryOut:
-    """Every status and event of one request, oldest first."""
+    """Every status (``accepted`` ... ``landed``) and event (``building``, ``built``,
+    ...) of one request, oldest first, each with its time, last error and metadata
+    (batch, build id and status, speculation path). The full story the CLI's
+    ``submitqueue status`` prints."""
     queue_config(runtime, queue)
     sqid = request_id(queue, n)
     entries = await gateway.history(runtime.db, queue=queue, sqid=sqid)
@@ -112,7 +133,8 @@ async def get_history(queue: str, n: RequestNumber, runtime: RuntimeDep,
 
 
 @router.post("/queues/{queue}/requests/{n}/cancel", status_code=202,
-             response_model=CancelAccepted)
+             response_model=CancelAccepted, summary="Cancel a request",
+             responses=ok(202, "CANCEL_ACCEPTED"))
 async def cancel(
     queue: str, n: RequestNumber, runtime: RuntimeDep, caller: Canceller,
     body: CancelBody | None = None,
@@ -164,7 +186,8 @@ def decode_cursor(cursor: str, query: dict[str, Any]) -> tuple[int, str]:
     return ts, rid
 
 
-@router.get("/queues/{queue}/requests", response_model=ListOut)
+@router.get("/queues/{queue}/requests", response_model=ListOut,
+            summary="A queue's requests, newest first", responses=ok(200, "REQUESTS"))
 async def list_requests(
     queue: str,
     runtime: RuntimeDep,
@@ -178,7 +201,10 @@ async def list_requests(
     change_uri: Annotated[SafeLine | None, Query(max_length=1024)] = None,
     status: PublicStatus | None = None,
 ) -> ListOut:
-    """A queue's requests, newest first, one page at a time."""
+    """A queue's requests, newest first, one page (``limit``, at most 200) at a time,
+    filtered by time received (``since_ms``, ``until_ms``), ``status`` or an exact
+    ``change_uri``. ``next_cursor`` is set while more may follow: pass it back with the
+    same filters (a cursor is bound to them; with others it is a 400)."""
     queue_config(runtime, queue)
     if status is PublicStatus.ACCEPTING:
         raise ValidationError(
@@ -202,9 +228,12 @@ async def list_requests(
     return ListOut(items=[RequestSummaryOut.of(r) for r in page], next_cursor=next_cursor)
 
 
-@router.get("/queues", response_model=QueuesOut)
+@router.get("/queues", response_model=QueuesOut, summary="The merge queues",
+            responses=ok(200, "QUEUES"))
 async def list_queues(runtime: RuntimeDep, _caller: Reader) -> QueuesOut:
-    """The configured merge queues, with how many visible requests are in each status."""
+    """The configured merge queues (``queues.yaml``) with their description, build
+    budget and how many visible requests are in each public status (``accepting``, the
+    moment before a request is accepted, is never shown)."""
     counts = await gateway.counts(runtime.db, list(runtime.queues))
     return QueuesOut(items=[
         QueueOut(

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from app.domain.entities import RequestLog, RequestSummary
-from app.domain.states import LandStrategy, LogType
+from app.domain.states import LandStrategy, LogType, Priority
 from app.domain.text import check_line, check_text
 from app.views.stages import landed_commits
 
@@ -28,7 +28,20 @@ class _In(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+LAND_URI = ("git://demo.example.com/demo/refs%2Fheads%2Ffix-login/"
+            "eff1965577a12efafdad1d05394297d224362c79?sq-files=src/auth/login.py")
+
+
 class LandBody(_In):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"change_uris": [LAND_URI]},
+        {"change_uris": ["git://sandbox.local/sandbox/refs%2Fheads%2Fstack-1/"
+                         "9f1c2e4a6b8d0f1e3c5a7b9d1f3e5c7a9b1d3f5e",
+                         "git://sandbox.local/sandbox/refs%2Fheads%2Fstack-2/"
+                         "2b4d6f8a0c1e3a5c7e9b1d3f5a7c9e1b3d5f7a9c"],
+         "strategy": "squash_rebase"},
+    ]})
+
     change_uris: list[SafeLine] = Field(
         min_length=1,
         description="The ordered stack of change URIs to land together (first = bottom).",
@@ -36,9 +49,17 @@ class LandBody(_In):
     strategy: LandStrategy | None = Field(
         default=None, description="How to land; null uses the queue's default strategy."
     )
+    priority: Priority = Field(
+        default=Priority.NORMAL,
+        description="normal, high or hotfix: a batch goes ahead of every conflicting batch "
+                    "of a lower priority that is not yet merging (docs/pipeline.md). hotfix "
+                    "needs the admin token or an actor on the queue's hotfix_allowed list.")
 
 
 class CancelBody(_In):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={
+        "examples": [{"reason": "superseded by demo/3"}]})
+
     reason: SafeText = Field(default="", max_length=1000, description="Why, for the history.")
 
 
@@ -68,6 +89,8 @@ class RequestSummaryOut(BaseModel):
         default="", description="Who submitted it: the token's label, or 'anonymous' "
                                 "(SQ_AUTH=open without a token); empty for requests "
                                 "accepted before tokens existed.")
+    priority: Priority = Field(default=Priority.NORMAL,
+                               description="normal, high or hotfix, as accepted.")
 
     @classmethod
     def of(cls, s: RequestSummary) -> RequestSummaryOut:
@@ -75,7 +98,7 @@ class RequestSummaryOut(BaseModel):
             sqid=s.request_id, queue=s.queue, change_uris=list(s.change_uris),
             received_at_ms=s.received_at_ms, status=s.status, last_error=s.last_error,
             metadata=dict(s.metadata), landed_commits=landed_commits(s),
-            submitted_by=s.submitted_by,
+            submitted_by=s.submitted_by, priority=s.priority,
         )
 
 
@@ -126,4 +149,10 @@ class ErrorDetail(BaseModel):
 
 
 class ErrorOut(BaseModel):
+    """Every error answer: a stable ``code`` and a message a person can act on."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"error": {
+        "code": "not_found",
+        "message": "queue 'nope' is not configured (configured: demo, sandbox)"}}]})
+
     error: ErrorDetail

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.api.admin import require_admin
 from app.api.auth import Credentials
 from app.api.deps import RuntimeDep
+from app.api.examples import ok
 from app.api.schemas import ErrorOut, SafeLine, SafeText
 from app.domain.access import OPEN_SCOPES, Principal, Scope, TokenRecord, anonymous, granted
 
@@ -29,7 +30,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 router = APIRouter(tags=["access"], responses=_ERRORS)
 Actor = Annotated[str, Depends(require_admin)]
 TokenId = Annotated[str, Path(pattern=r"^[0-9a-f]{12}$",
-                              description="The token's id (sq_<id>_...), as listed.")]
+                              description="The token's id (`sq_<id>_...`), as listed.")]
 
 
 class WhoAmIOut(BaseModel):
@@ -44,7 +45,11 @@ class WhoAmIOut(BaseModel):
 
 
 class TokenIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"label": "ci-bot", "scopes": ["land", "cancel"], "queues": ["demo"],
+         "expires_in_s": 7776000},
+        {"label": "ops-bob", "scopes": ["admin"]},
+    ]})
 
     label: SafeLine = Field(max_length=100, description="Who uses it, e.g. ci-bot or alice: "
                                                         "the actor the history records.",
@@ -57,7 +62,8 @@ class TokenIn(BaseModel):
 
 
 class RevokeIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={
+        "examples": [{"reason": "rotated: ci-bot has a new token"}]})
 
     reason: SafeText = Field(default="", max_length=1000)
 
@@ -99,7 +105,8 @@ class RevokedOut(BaseModel):
     revoked_at_ms: int
 
 
-@router.get("/api/v1/auth/whoami", response_model=WhoAmIOut)
+@router.get("/api/v1/auth/whoami", response_model=WhoAmIOut, summary="Who am I",
+            responses=ok(200, "WHOAMI"))
 async def whoami(rt: RuntimeDep, credentials: Credentials = None) -> WhoAmIOut:
     """Who the server takes the caller for, and what it may do (the pages use it to show
     the cancel button only to those who may cancel)."""
@@ -121,28 +128,37 @@ async def whoami(rt: RuntimeDep, credentials: Credentials = None) -> WhoAmIOut:
 
 
 @router.post("/api/v1/admin/tokens", status_code=201, response_model=TokenCreated,
-             tags=["admin"])
+             tags=["admin"], summary="Create an API token",
+             responses=ok(201, "TOKEN_CREATED"))
 async def create_token(body: TokenIn, rt: RuntimeDep, actor: Actor) -> TokenCreated:
-    """Create an API token; the answer holds its secret, shown this once."""
+    """Create an API token for ``label`` with ``scopes`` (``read``, ``land``, ``cancel``,
+    ``cancel:any``, ``admin``), optionally limited to ``queues`` and to a lifetime. The
+    answer holds the secret (``sq_<id>_<secret>``) this once: only its scrypt hash is
+    stored. Audited."""
     record, token = await rt.access.create_token(
         label=body.label, scopes=body.scopes, queues=body.queues,
         expires_in_s=body.expires_in_s, known_queues=list(rt.queues), actor=actor)
     return TokenCreated(**TokenOut.of(record).model_dump(), token=token)
 
 
-@router.get("/api/v1/admin/tokens", response_model=TokensOut, tags=["admin"])
+@router.get("/api/v1/admin/tokens", response_model=TokensOut, tags=["admin"],
+            summary="List API tokens", responses=ok(200, "TOKENS"))
 async def list_tokens(rt: RuntimeDep, _actor: Actor,
                       include_revoked: bool = False) -> TokensOut:
-    """Every token, newest first, without secrets."""
+    """Every API token, newest first, without secrets: label, scopes, queues, who
+    created it and when, when it expires and was last used (recorded at most once a
+    minute); revoked ones only with ``include_revoked=true``."""
     return TokensOut(items=[TokenOut.of(r) for r in
                             await rt.access.tokens(include_revoked=include_revoked)])
 
 
 @router.post("/api/v1/admin/tokens/{token_id}/revoke", response_model=RevokedOut,
-             tags=["admin"])
+             tags=["admin"], summary="Revoke an API token",
+             responses=ok(200, "TOKEN_REVOKED"))
 async def revoke_token(token_id: TokenId, rt: RuntimeDep, actor: Actor,
                        body: RevokeIn | None = None) -> RevokedOut:
-    """Revoke a token: every process refuses it from the next call on."""
+    """Revoke a token: every server process refuses it from its next call on (401). A
+    repeat answers ``revoked: false`` and changes nothing. Audited with ``reason``."""
     record, revoked = await rt.access.revoke_token(
         token_id, actor=actor, reason=body.reason if body else "")
     return RevokedOut(id=record.id, label=record.label, revoked=revoked,

@@ -21,6 +21,7 @@ from fastapi import APIRouter, Path, Query
 
 from app.api.auth import Reader
 from app.api.deps import RuntimeDep, queue_config
+from app.api.examples import ok
 from app.api.schemas import ErrorOut, SafeLine
 from app.views import pages
 from app.views.schemas import OverviewOut, RequestViewOut, SearchOut
@@ -35,21 +36,36 @@ RequestNumber = Annotated[int, Path(ge=1, le=2**63 - 1,
                                     description="The number in the sqid <queue>/<n>.")]
 
 
-@router.get("/queues/{queue}/overview", response_model=OverviewOut)
+@router.get("/queues/{queue}/overview", response_model=OverviewOut,
+            summary="A queue's page in one read", responses=ok(200, "OVERVIEW"),
+            description="Everything the queue page shows, in one read: counts by status, "
+                        "the requests in flight by stage, the active batches with their "
+                        "speculation paths and builds, recent terminal requests, typical "
+                        "build and merge times, outages and the queue's health.")
 async def overview(queue: str, rt: RuntimeDep, _caller: Reader) -> OverviewOut:
     """Everything the queue page shows, in one read."""
-    return await pages.overview(rt, queue_config(rt, queue), rt.view_timing)
+    return await pages.overview(rt, queue_config(rt, queue), rt.view_timing, rt.stalls)
 
 
-@router.get("/queues/{queue}/requests/{n}/view", response_model=RequestViewOut)
+@router.get("/queues/{queue}/requests/{n}/view", response_model=RequestViewOut,
+            summary="A request's page in one read", responses=ok(200, "REQUEST_VIEW"),
+            description="Everything the request page shows, in one read: the request "
+                        "(status, stage, forecast, health), its trail of statuses with "
+                        "their events, its batch with the speculation paths and builds, "
+                        "what it waits on, and whether the caller may cancel it.")
 async def request_view(queue: str, n: RequestNumber, rt: RuntimeDep,
                        _caller: Reader) -> RequestViewOut:
     """Everything the request page shows, in one read."""
-    queue_config(rt, queue)
-    return await pages.request_view(rt, queue, n, rt.view_timing)
+    config = queue_config(rt, queue)
+    return await pages.request_view(rt, queue, n, rt.view_timing, rt.stalls,
+                                    windows=config.freeze_windows)
 
 
-@router.get("/search", response_model=SearchOut)
+@router.get("/search", response_model=SearchOut, summary="Find requests",
+            responses=ok(200, "SEARCH"),
+            description="Find requests by sqid (`demo/12`, or a bare number with `queue`) "
+                        "or by an exact change URI (in every queue); each hit links its "
+                        "page. An empty, oversized or unrecognisable `q` is a 400.")
 async def search(rt: RuntimeDep, _caller: Reader, q: Annotated[SafeLine, Query(description=(
         "A sqid (demo/12), a request number with 'queue', or an exact change URI."))] = "",
                  queue: Annotated[SafeLine | None, Query(max_length=100)] = None) -> SearchOut:

@@ -1,12 +1,20 @@
-"""A small async client for the gateway's REST API (``/api/v1``), used by the CLI and
-the demo.
+"""A small client for the gateway's REST API (``/api/v1``), used by the CLI and the demo.
 
 ```python
 async with GatewayClient("http://127.0.0.1:8000", token=os.environ.get("SQ_TOKEN")) as gw:
     sqid = await gw.land("sandbox", [uri])
     summary = await gw.summary(sqid)          # RequestSummary
     events = await gw.history(sqid)           # [HistoryEntry], oldest first
+
+with SyncGatewayClient("http://127.0.0.1:8000") as gw:   # the same calls, blocking
+    summary = gw.summary(sqid)
 ```
+
+Each call is written once, sans I/O: a generator (``Plan``) that yields the HTTP calls
+it needs and reads their JSON answers; ``GatewayClient`` (httpx's async client, for
+``watch`` and ``demo``, which poll many requests at once) and ``SyncGatewayClient``
+(one request after another, for ``land``/``status``/``cancel``/``list``: no event loop
+to import, ~35 ms less start-up) only drive them.
 
 Every failure is a ``ClientError`` whose ``exit_code`` the CLI returns:
 
@@ -20,10 +28,10 @@ Every failure is a ``ClientError`` whose ``exit_code`` the CLI returns:
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import httpx
 
@@ -65,6 +73,14 @@ class BadResponse(ClientError):
     pass
 
 
+def _pct(p: Any) -> str:
+    return f"{round(float(p) * 100)} %" if isinstance(p, int | float) else "unknown"
+
+
+def _eta(ms: Any) -> str:
+    return f"in ~{round(ms / 1000)} s" if isinstance(ms, int | float) else "unknown"
+
+
 def split_sqid(sqid: str) -> tuple[str, int]:
     """``"sandbox/12"`` -> ``("sandbox", 12)``; ``ValueError`` says what a sqid looks like."""
     queue, sep, tail = sqid.rpartition("/")
@@ -84,6 +100,7 @@ class RequestSummary:
     last_error: str
     metadata: dict[str, Any] = field(default_factory=dict)
     submitted_by: str = ""
+    priority: str = "normal"
 
     @property
     def terminal(self) -> bool:
@@ -97,7 +114,8 @@ class RequestSummary:
                        received_at_ms=int(body["received_at_ms"]), status=str(body["status"]),
                        last_error=str(body.get("last_error") or ""),
                        metadata=dict(body.get("metadata") or {}),
-                       submitted_by=str(body.get("submitted_by") or ""))
+                       submitted_by=str(body.get("submitted_by") or ""),
+                       priority=str(body.get("priority") or "normal"))
         except (KeyError, TypeError, ValueError) as exc:
             raise BadResponse(f"unexpected request summary from the server: {exc!r}") from None
 
@@ -129,8 +147,148 @@ class QueueInfo:
     counts: dict[str, int]
 
 
+T = TypeVar("T")
+Call = tuple[str, str, dict[str, Any]]  # method, path, httpx keyword arguments
+Plan = Generator[Call, Any, T]  # yields the calls it needs, is sent their JSON answers
+
+
+def _answer(base_url: str, method: str, path: str, r: httpx.Response) -> Any:
+    """The JSON body of ``r``, or the ``ClientError`` it means."""
+    try:
+        body = r.json()
+    except ValueError:
+        body = None
+    if r.status_code >= 400:
+        error = body.get("error") if isinstance(body, dict) else None
+        if isinstance(error, dict) and "message" in error:
+            raise ApiError(r.status_code, str(error.get("code", "")), str(error["message"]))
+        raise ApiError(r.status_code, "http_error",
+                       (r.text.strip()[:300] or r.reason_phrase) + " (not a SubmitQueue "
+                       "error body: is --url the SubmitQueue server?)")
+    if body is None:
+        raise BadResponse(f"{method} {base_url}{path} answered {r.status_code} without "
+                          "JSON; is --url the SubmitQueue server?")
+    return body
+
+
+def _unreachable(base_url: str, exc: httpx.TransportError) -> Unreachable:
+    return Unreachable(base_url, str(exc) or type(exc).__name__)
+
+
+def plan_queues() -> Plan[list[QueueInfo]]:
+    body = yield "GET", "/api/v1/queues", {}
+    try:
+        return [QueueInfo(name=str(q["name"]), description=str(q.get("description", "")),
+                          counts=dict(q.get("counts") or {})) for q in body["items"]]
+    except (KeyError, TypeError) as exc:
+        raise BadResponse(f"unexpected queue list from the server: {exc!r}") from None
+
+
+def plan_land(queue: str, change_uris: Sequence[str], strategy: str | None = None,
+              idempotency_key: str | None = None, priority: str | None = None) -> Plan[str]:
+    payload: dict[str, Any] = {"change_uris": list(change_uris)}
+    if strategy:
+        payload["strategy"] = strategy
+    if priority:
+        payload["priority"] = priority
+    headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+    body = yield "POST", f"/api/v1/queues/{queue}/requests", {"json": payload,
+                                                              "headers": headers}
+    try:
+        return str(body["sqid"])
+    except (KeyError, TypeError):
+        raise BadResponse(f"land answered without a sqid: {body!r}") from None
+
+
+def plan_summary(sqid: str) -> Plan[RequestSummary]:
+    queue, n = split_sqid(sqid)
+    return RequestSummary.of((yield "GET", f"/api/v1/queues/{queue}/requests/{n}", {}))
+
+
+def waiting_lines(body: Any, base_url: str) -> list[str]:
+    """The lines of ``waiting`` from a request's view (``.../requests/<n>/view``)."""
+    if not isinstance(body, dict):
+        return []
+    outages = body.get("outages")
+    lines = [str(o["text"]) for o in outages or [] if isinstance(o, dict) and "text" in o]
+    request: dict[str, Any] = body["request"] if isinstance(body.get("request"), dict) \
+        else {}
+    freeze = body.get("freeze")
+    if isinstance(freeze, dict) and freeze.get("frozen") and \
+            request.get("status") not in ("landed", "error", "cancelled"):
+        # "frozen: <reason> (manual by ops, until ...)": the queue lands nothing now
+        lines.insert(0, str(freeze.get("text") or f"frozen: {freeze.get('reason', '')}"))
+    health = request.get("health")
+    if isinstance(health, dict) and health.get("state") not in (None, "ok"):
+        lines.append(str(health.get("text") or health.get("state")))
+        if health.get("needs_operator") and health.get("admin_url"):
+            lines.append(f"needs an operator: {base_url}{health['admin_url']}")
+        forecast = request.get("forecast")
+        if isinstance(forecast, dict):
+            lines.append(f"chance to land {_pct(forecast.get('p_land'))}, ETA "
+                         f"{_eta(forecast.get('eta_ms'))}: {forecast.get('basis', '')}")
+    return lines
+
+
+def plan_waiting(sqid: str, base_url: str) -> Plan[list[str]]:
+    queue, n = split_sqid(sqid)
+    body = yield "GET", f"/api/v1/queues/{queue}/requests/{n}/view", {}
+    return waiting_lines(body, base_url)
+
+
+def plan_history(sqid: str) -> Plan[list[HistoryEntry]]:
+    queue, n = split_sqid(sqid)
+    body = yield "GET", f"/api/v1/queues/{queue}/requests/{n}/history", {}
+    try:
+        return [HistoryEntry.of(e) for e in body["events"]]
+    except (KeyError, TypeError):
+        raise BadResponse(f"unexpected history from the server: {body!r}") from None
+
+
+def plan_cancel(sqid: str, reason: str = "") -> Plan[str]:
+    queue, n = split_sqid(sqid)
+    body = yield "POST", f"/api/v1/queues/{queue}/requests/{n}/cancel", {
+        "json": {"reason": reason}}
+    return str(body.get("status", "")) if isinstance(body, dict) else ""
+
+
+def plan_list_page(
+    queue: str, *, since_ms: int | None = None, until_ms: int | None = None,
+    status: str | None = None, limit: int = 50, cursor: str | None = None,
+) -> Plan[tuple[list[RequestSummary], str | None]]:
+    params: dict[str, Any] = {"limit": limit}
+    for key, value in (("since_ms", since_ms), ("until_ms", until_ms),
+                       ("status", status), ("cursor", cursor)):
+        if value is not None:
+            params[key] = value
+    body = yield "GET", f"/api/v1/queues/{queue}/requests", {"params": params}
+    try:
+        items = [RequestSummary.of(i) for i in body["items"]]
+        return items, body.get("next_cursor") or None
+    except (KeyError, TypeError):
+        raise BadResponse(f"unexpected request list from the server: {body!r}") from None
+
+
+def plan_requests(
+    queue: str, *, since_ms: int | None = None, until_ms: int | None = None,
+    status: str | None = None, max_items: int | None = None, page_size: int = 200,
+) -> Plan[list[RequestSummary]]:
+    found: list[RequestSummary] = []
+    cursor: str | None = None
+    while True:
+        want = page_size if max_items is None else min(page_size, max_items - len(found))
+        if want <= 0:
+            return found
+        items, cursor = yield from plan_list_page(
+            queue, since_ms=since_ms, until_ms=until_ms, status=status, limit=want,
+            cursor=cursor)
+        found.extend(items)
+        if cursor is None:
+            return found
+
+
 class GatewayClient:
-    """The REST API of one gateway; ``token`` is sent as ``Authorization: Bearer``."""
+    """The REST API of one gateway, async; ``token`` is sent as ``Authorization: Bearer``."""
 
     def __init__(self, base_url: str = DEFAULT_URL, *, token: str | None = None,
                  timeout: float = 30.0) -> None:
@@ -149,109 +307,82 @@ class GatewayClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def _call(self, method: str, path: str, **kw: Any) -> Any:
+    async def run(self, plan: Plan[T]) -> T:
+        """Make the calls ``plan`` asks for, one after another; what it returns."""
+        body: Any = None
         try:
-            r = await self._http.request(method, path, **kw)
-        except httpx.TransportError as exc:
-            raise Unreachable(self.base_url, str(exc) or type(exc).__name__) from None
-        try:
-            body = r.json()
-        except ValueError:
-            body = None
-        if r.status_code >= 400:
-            error = body.get("error") if isinstance(body, dict) else None
-            if isinstance(error, dict) and "message" in error:
-                raise ApiError(r.status_code, str(error.get("code", "")), str(error["message"]))
-            raise ApiError(r.status_code, "http_error",
-                           (r.text.strip()[:300] or r.reason_phrase) + " (not a SubmitQueue "
-                           "error body: is --url the SubmitQueue server?)")
-        if body is None:
-            raise BadResponse(f"{method} {self.base_url}{path} answered {r.status_code} without "
-                              "JSON; is --url the SubmitQueue server?")
-        return body
+            while True:
+                method, path, kw = plan.send(body)
+                try:
+                    r = await self._http.request(method, path, **kw)
+                except httpx.TransportError as exc:
+                    raise _unreachable(self.base_url, exc) from None
+                body = _answer(self.base_url, method, path, r)
+        except StopIteration as stop:
+            return cast(T, stop.value)
 
     async def queues(self) -> list[QueueInfo]:
-        body = await self._call("GET", "/api/v1/queues")
-        try:
-            return [QueueInfo(name=str(q["name"]), description=str(q.get("description", "")),
-                              counts=dict(q.get("counts") or {})) for q in body["items"]]
-        except (KeyError, TypeError) as exc:
-            raise BadResponse(f"unexpected queue list from the server: {exc!r}") from None
+        return await self.run(plan_queues())
 
     async def land(self, queue: str, change_uris: Sequence[str],
                    strategy: str | None = None, idempotency_key: str | None = None) -> str:
         """Submit a stack of changes; the new request's sqid. With ``idempotency_key``
         a resend (after a lost answer) returns the first sqid instead of a 409."""
-        payload: dict[str, Any] = {"change_uris": list(change_uris)}
-        if strategy:
-            payload["strategy"] = strategy
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
-        body = await self._call("POST", f"/api/v1/queues/{queue}/requests", json=payload,
-                                headers=headers)
-        try:
-            return str(body["sqid"])
-        except (KeyError, TypeError):
-            raise BadResponse(f"land answered without a sqid: {body!r}") from None
+        return await self.run(plan_land(queue, change_uris, strategy, idempotency_key))
 
     async def summary(self, sqid: str) -> RequestSummary:
-        queue, n = split_sqid(sqid)
-        return RequestSummary.of(await self._call("GET", f"/api/v1/queues/{queue}/requests/{n}"))
+        return await self.run(plan_summary(sqid))
 
     async def waiting(self, sqid: str) -> list[str]:
-        """What the live request waits for while a dependency is down ("waiting: <dep>
-        unreachable since <time>, retrying (next in 40 s)"); empty when nothing is."""
-        queue, n = split_sqid(sqid)
-        body = await self._call("GET", f"/api/v1/queues/{queue}/requests/{n}/view")
-        outages = body.get("outages") if isinstance(body, dict) else None
-        return [str(o["text"]) for o in outages or [] if isinstance(o, dict) and "text" in o]
+        """What holds the live request up, one line each: a dependency that is down
+        ("waiting: <dep> unreachable since <time>, retrying (next in 40 s)"), a stage
+        retrying or dead-lettered or a stall (the view's ``health``, with the admin page's
+        address when it needs an operator) and then its chance to land and ETA; empty when
+        nothing holds it up."""
+        return await self.run(plan_waiting(sqid, self.base_url))
 
     async def history(self, sqid: str) -> list[HistoryEntry]:
-        queue, n = split_sqid(sqid)
-        body = await self._call("GET", f"/api/v1/queues/{queue}/requests/{n}/history")
-        try:
-            return [HistoryEntry.of(e) for e in body["events"]]
-        except (KeyError, TypeError):
-            raise BadResponse(f"unexpected history from the server: {body!r}") from None
+        """The request's history, oldest first."""
+        return await self.run(plan_history(sqid))
 
     async def cancel(self, sqid: str, reason: str = "") -> str:
         """Ask to cancel; the status the server answers (``cancelling`` or terminal)."""
-        queue, n = split_sqid(sqid)
-        body = await self._call("POST", f"/api/v1/queues/{queue}/requests/{n}/cancel",
-                                json={"reason": reason})
-        return str(body.get("status", "")) if isinstance(body, dict) else ""
+        return await self.run(plan_cancel(sqid, reason))
 
-    async def list_page(
-        self, queue: str, *, since_ms: int | None = None, until_ms: int | None = None,
-        status: str | None = None, limit: int = 50, cursor: str | None = None,
-    ) -> tuple[list[RequestSummary], str | None]:
-        """One page of a queue's requests, newest first, and the cursor of the next."""
-        params: dict[str, Any] = {"limit": limit}
-        for key, value in (("since_ms", since_ms), ("until_ms", until_ms),
-                           ("status", status), ("cursor", cursor)):
-            if value is not None:
-                params[key] = value
-        body = await self._call("GET", f"/api/v1/queues/{queue}/requests", params=params)
-        try:
-            items = [RequestSummary.of(i) for i in body["items"]]
-            return items, body.get("next_cursor") or None
-        except (KeyError, TypeError):
-            raise BadResponse(f"unexpected request list from the server: {body!r}") from None
-
-    async def iter_requests(
-        self, queue: str, *, since_ms: int | None = None, until_ms: int | None = None,
-        status: str | None = None, max_items: int | None = None, page_size: int = 200,
-    ) -> AsyncIterator[RequestSummary]:
+    async def requests(self, queue: str, *, since_ms: int | None = None,
+                       status: str | None = None, max_items: int | None = None,
+                       ) -> list[RequestSummary]:
         """A queue's requests newest first, following ``next_cursor`` up to ``max_items``."""
-        cursor: str | None = None
-        seen = 0
-        while True:
-            want = page_size if max_items is None else min(page_size, max_items - seen)
-            if want <= 0:
-                return
-            items, cursor = await self.list_page(queue, since_ms=since_ms, until_ms=until_ms,
-                                                 status=status, limit=want, cursor=cursor)
-            for item in items:
-                yield item
-            seen += len(items)
-            if cursor is None:
-                return
+        return await self.run(plan_requests(queue, since_ms=since_ms, status=status,
+                                            max_items=max_items))
+
+
+class SyncGatewayClient:
+    """``GatewayClient``'s calls, blocking: for a command that makes a few in a row."""
+
+    def __init__(self, base_url: str = DEFAULT_URL, *, token: str | None = None,
+                 timeout: float = 30.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
+
+    def __enter__(self) -> SyncGatewayClient:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None,
+                 exc: BaseException | None, tb: TracebackType | None) -> None:
+        self._http.close()
+
+    def run(self, plan: Plan[T]) -> T:
+        """Make the calls ``plan`` asks for, one after another; what it returns."""
+        body: Any = None
+        try:
+            while True:
+                method, path, kw = plan.send(body)
+                try:
+                    r = self._http.request(method, path, **kw)
+                except httpx.TransportError as exc:
+                    raise _unreachable(self.base_url, exc) from None
+                body = _answer(self.base_url, method, path, r)
+        except StopIteration as stop:
+            return cast(T, stop.value)

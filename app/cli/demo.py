@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import secrets
 import sys
 import time
@@ -27,7 +28,7 @@ from typing import Annotated, TextIO
 import typer
 
 from app.cli.client import DEFAULT_URL, ClientError, GatewayClient
-from app.cli.commands import Url, run_exit
+from app.cli.commands import Url, run_exit_async
 from app.cli.demo_git import TEST_SCRIPT, PlannedChange, ScratchClone, change_uri, plan
 from app.cli.table import LiveTable, Row, Watcher
 from app.domain.errors import ValidationError
@@ -37,6 +38,12 @@ from app.extensions.factory import load_queues_file, prepare_repository
 from app.extensions.git.cli import GitError
 from app.settings import get_settings
 
+
+def absolute_links(text: str, base_url: str) -> str:
+    """The error whole, its server paths (``/api/v1/builds/<id>/log``) as full URLs a
+    person can open from the terminal."""
+    return re.sub(r"(?<![\w/:])(/api/v1/\S+?)(?=[),\s]|$)",
+                  lambda m: base_url.rstrip("/") + m.group(1), text)
 
 class DemoAbort(Exception):
     """The demo cannot run; ``str()`` says why and what to do."""
@@ -252,7 +259,7 @@ class Demo:
             row = rows[item.sqid]
             if row.status == "error" and item.expect == "error":
                 self.say(f"  {item.sqid} {item.label} ended error as expected: "
-                         f"{row.last_error[:160]}")
+                         f"{absolute_links(row.last_error, self.opts.url)}")
         self.say()
         self.say(f"git log --oneline -n {self.opts.count + 1} {git.target_branch} "
                  f"({git.repository}):")
@@ -304,6 +311,9 @@ def demo_command(
         help="How to land (default: the queue's).")] = None,
     timeout: Annotated[float, typer.Option(min=1, help="Seconds until all settle.")] = 300,
     url: Url = DEFAULT_URL,
+    github: Annotated[bool, typer.Option(
+        "--github", help="Run everything here against a fake GitHub: pull requests, "
+        "labels, checks, landing (docs/github.md); starts its own server.")] = False,
 ) -> None:
     """Push changes to a git queue's sandbox repository, land them, and watch them live.
 
@@ -311,9 +321,15 @@ def demo_command(
     if fail > count:
         raise typer.BadParameter(f"--fail {fail} is more than --count {count}",
                                  param_hint="--fail")
+    if github:  # self-contained: a fake GitHub and a server of its own
+        from app.cli.demo_github import run_github_demo
+
+        run_exit_async(lambda: run_github_demo(sys.stdout, count=count, fail=fail,
+                                               timeout_s=timeout))
+        return
     opts = DemoOptions(
         url=url, token=os.environ.get("SQ_TOKEN") or None, queue=queue, count=count,
         folders=folders, fail=fail, stacked=stacked, seed=seed, timeout_s=timeout,
         queues_file=queues_file, strategy=strategy.value if strategy else None,
         files_per_change=files)
-    run_exit(lambda: run_demo(opts, sys.stdout))
+    run_exit_async(lambda: run_demo(opts, sys.stdout))

@@ -1,5 +1,6 @@
 """The ``submitqueue`` command line: ``serve``, ``db`` and ``dlq`` here; the client
-commands (``commands.py``) and ``demo`` (``demo.py``) are added to it."""
+commands (``commands.py``), ``demo`` (``demo.py``) and ``init`` (``init.py``) are added
+to it."""
 
 from __future__ import annotations
 
@@ -15,10 +16,12 @@ import typer
 import uvicorn
 from pydantic import ValidationError
 
-from app.cli import commands, demo
+from app.cli import commands, demo, init
+from app.cli.output import print_table
 from app.db import migrate
 from app.domain.errors import ValidationError as InvalidInput
 from app.logs import configure_logging, redact_text
+from app.resources import ResourceMissing, check_resources
 from app.settings import Settings, get_settings, setting_errors
 
 ROLE_HELP = ("all = gateway + consumers; gateway = HTTP and the request log only; "
@@ -58,9 +61,12 @@ def serve(
     settings = _settings()
     from app.extensions.factory import load_queues_file  # the server's imports, not a client's
 
-    try:  # a wrong queues file is one line, before anything starts
+    try:  # a wrong queues file, install or schema is one line, before anything starts
         load_queues_file(settings.queues_file)
-    except InvalidInput as exc:
+        check_resources()
+        if not settings.auto_migrate:
+            _check_migrated(settings)
+    except (InvalidInput, ResourceMissing) as exc:
         typer.echo(f"submitqueue: {exc}", err=True)
         raise typer.Exit(2) from None
     configure_logging(settings.log_level, settings.queue_log_level)
@@ -86,6 +92,18 @@ def _settings() -> Settings:
         for line in setting_errors(exc):
             typer.echo(f"submitqueue: invalid setting {redact_text(line)}", err=True)
         raise typer.Exit(2) from None
+
+
+def _check_migrated(settings: Settings) -> None:
+    """With ``SQ_AUTO_MIGRATE`` off, a database behind this version's migrations is an
+    ``InvalidInput`` naming the command that fixes it (the lifespan would fail later,
+    with a traceback)."""
+    for url in (settings.database_url, settings.queue_database_url):
+        if url and (state := migrate.behind(url)):
+            current, head = state
+            raise InvalidInput(
+                f"the database {redact_text(url)} is at migration {current or 'none'}; this "
+                f"version needs {head}: run `submitqueue db upgrade` (SQ_AUTO_MIGRATE is off)")
 
 
 def _exit_zero(_signum: int, _frame: object) -> None:
@@ -139,10 +157,10 @@ def dlq_list(url: str | None = URL, as_json: bool = AS_JSON) -> None:
     if as_json:
         typer.echo(json.dumps(body, indent=2))
         return
-    typer.echo(f"{'TOPIC':28} {'SIZE':>6} {'PARKED':>6}  PAUSED")
-    for t in body["topics"]:
-        paused = any(c["paused"] for c in t["consumers"])
-        typer.echo(f"{t['topic']:28} {t['size']:>6} {t['parked']:>6}  {'yes' if paused else ''}")
+    print_table(("TOPIC", "SIZE", "PARKED", "PAUSED"), [
+        (t["topic"], t["size"], t["parked"],
+         "yes" if any(c["paused"] for c in t["consumers"]) else "")
+        for t in body["topics"]], right=("SIZE", "PARKED"))
 
 
 @dlq_cli.command("show")
@@ -164,13 +182,13 @@ def dlq_show(
     if not body["items"]:
         typer.echo(f"(no dead letters on {topic})")
         return
-    typer.echo(f"{'ID':>8}  {'ENTITY':24} {'ATTEMPTS':>8}  LAST ERROR")
+    rows = []
     for i in body["items"]:
         first, *rest = (i["last_error"] or "-").splitlines()
         more = (f"  (+{len(rest)} lines: submitqueue dlq show {topic} {i['id']})"
                 if rest else "")
-        typer.echo(f"{i['id']:>8}  {i['entity_id'] or '-':24} {i['attempts']:>8}  "
-                   f"{first}{more}")
+        rows.append((i["id"], i["entity_id"] or "-", i["attempts"], first + more))
+    print_table(("ID", "ENTITY", "ATTEMPTS", "LAST ERROR"), rows, right=("ID", "ATTEMPTS"))
     if body["next_cursor"]:
         typer.echo(f"(only the first {limit} shown; --limit shows more)")
 
@@ -283,3 +301,4 @@ def token_revoke(
 
 commands.register(cli)  # land, status, list, watch
 cli.command("demo")(demo.demo_command)
+cli.command("init")(init.init_command)

@@ -75,7 +75,7 @@ class BatchController(StageController):
                 queue=req.queue, id=batch_id(req.queue, await next_number(
                     s, queue=req.queue, domain="batch")),
                 contains=(req.id,), dependencies=(), state=BatchState.CREATING, version=1,
-                created_at_ms=now, updated_at_ms=now)
+                created_at_ms=now, updated_at_ms=now, priority=req.priority)
             bid = await batch_repo.claim(s, queue=req.queue, request_id=req.id,
                                          cause=cause, batch_id=minted.id, now_ms=now)
             if bid == minted.id:

@@ -18,6 +18,7 @@ from app.db.engine import Database
 from app.db.repos import requests as request_repo
 from app.domain.entities import LandRequest, RequestLog, RequestSummary
 from app.domain.errors import NotFound
+from app.domain.freeze import FreezeWindowConfig
 from app.domain.messages import LOG, SPECULATE, LogMsg, log_id
 from app.domain.states import LogType, PublicStatus, RequestState
 from app.extensions.base import QueueExtensions
@@ -107,6 +108,9 @@ class Deps:
     broker: Broker
     extensions: Callable[[str], QueueExtensions]
     metrics: PipelineMetrics = field(default_factory=NoMetrics)
+    # each queue's scheduled freezes (queues.yaml; app/controllers/freeze.py)
+    freeze_windows: Mapping[str, tuple[FreezeWindowConfig, ...]] = field(default_factory=dict)
+    freeze_recheck_ms: int = 2000  # how often a merge held by a freeze looks again
 
     def now(self) -> int:
         return self.broker.clock()

@@ -4,13 +4,21 @@ one order and each sees every earlier one.
 
 | Loaded state | Relative to checkpoint | Action |
 |---|---|---|
-| batch ``creating``, members ``validated`` | before | analyse against ``created``/``speculating``/``merging`` batches; in one transaction claim each member (``batched``, v+1) and move the batch to ``created`` with its direct dependencies and log ``batched`` per member (the outbox); then publish ``speculate`` |
+| batch ``creating``, members ``validated`` | before | analyse against ``created``/``speculating``/``merging`` batches; in one transaction claim each member (``batched``, v+1) and move the batch to ``created`` with its direct dependencies and the lower-priority batches it overtakes (``app/speculation/priority.py``) and log ``batched`` per member (the outbox); then publish ``speculate`` |
 | batch ``creating``, the claim loses a race (``VersionMismatch``: a cancel, say) | before | nothing was logged; the retry classifies again (a halted member: abandon) |
 | batch ``creating``, a member halted or not ``validated`` | superseded | abandon: the batch stays ``creating`` and inert; ack |
 | batch ``created`` | at | replay the member logs and ``speculate`` with the same ids |
 | batch ``speculating`` / ``merging`` / ``cancelling`` | beyond | replay the member logs only (same ids; no-ops if they were published). A crash between the write and the logs may let another batch's speculate run admit this one before the redelivery: the logs are still published |
 | batch terminal | beyond | ack |
 | batch missing | invalid | raise ``NotFound`` |
+
+**Priority.** A batch depends on the conflicting batches in flight that are ``merging``
+or of at least its priority; the conflicting ones of a lower priority that are not yet
+merging are recorded as its ``overtakes`` (in the same ``created`` write, the only
+write of this stage; it never writes another batch). The ``speculate`` run, which owns
+``speculating`` batches, turns each overtake into a dependency of the overtaken batch
+in its fenced plan write (``app/speculation/priority.py``), so no edge is lost or
+written twice under redelivery, and none closes a cycle.
 
 Logs go out with the durable write (in its transaction); replays follow it. The
 ``batched`` log's timestamp is the time of the ``created`` write (the batch's
@@ -35,6 +43,7 @@ from app.domain.messages import SPECULATE, EntityMsg
 from app.domain.states import BatchState, RequestState
 from app.extensions.base import BatchChanges
 from app.queue import Delivery
+from app.speculation.priority import place
 
 log = logging.getLogger("submitqueue.controllers")
 
@@ -102,10 +111,11 @@ class DependencyAnalysisController(StageController):
 
         analyzer = self.deps.extensions(q).analyzer
         conflicts = set(analyzer.analyze(files(batch), [files(b) for b in in_flight]))
-        deps = tuple(b.id for b in in_flight if b.id in conflicts)
+        deps, overtakes = place(batch, [b for b in in_flight if b.id in conflicts],
+                                {b.id: b.dependencies for b in in_flight})
         now = self.deps.now()
         created = replace(batch, state=BatchState.CREATED, dependencies=deps,
-                          version=batch.version + 1, updated_at_ms=now)
+                          overtakes=overtakes, version=batch.version + 1, updated_at_ms=now)
         async with self.deps.transaction() as (s, outbox):
             for m in batch.contains:
                 old = members[m]
@@ -120,7 +130,10 @@ class DependencyAnalysisController(StageController):
 
     @staticmethod
     def _batched(batch: Batch, *, at_ms: int) -> list[RequestLog]:
+        md: dict[str, object] = {"batch_id": batch.id,
+                                 "dependencies": list(batch.dependencies)}
+        if batch.overtakes:  # a higher priority batch went ahead of these
+            md["overtakes"] = list(batch.overtakes)
         return [status_log(batch.queue, m, "batched", now=at_ms, occurrence=batch.id,
-                           metadata={"batch_id": batch.id,
-                                     "dependencies": list(batch.dependencies)})
+                           metadata=md)
                 for m in batch.contains]

@@ -2,26 +2,36 @@
 
 | Loaded state | Relative to checkpoint | Action |
 |---|---|---|
-| batch ``merging``, every member live | before | log ``landing`` per member; check the delivery still holds its lease (``ensure_held``: a stale holder raises ``LeaseLost`` and never pushes; its successor merges); merge the members' changes in order as one update, handing the merger the trees of the batch's passed builds whose assumptions came true (``MergeSpec.tested``: it lands only one of those, else fails ``untested_tree``; infrastructure errors propagate and are retried; the merger recognises changes already landed); publish the result, with each member's landed commits or the typed failure, to ``mergesignal`` (id = batch id, plus ``/r<n>`` for the n-th round after moves of the target sent the batch back to speculation) |
+| batch ``merging``, every member live, the queue frozen (``app/controllers/freeze.py``: a manual freeze or a ``freeze_windows`` window), unless the freeze has ``allow_hotfix`` and every member is a ``hotfix`` | before (waiting) | hold the message until the freeze ends or ``freeze_recheck_ms``, whichever is first (no attempt spent, nothing logged, nothing merged); the batch stays ``merging`` |
+| batch ``merging``, every member live | before | log ``landing`` per member; check the delivery still holds its lease (``ensure_held``: a stale holder raises ``LeaseLost`` and never pushes; its successor merges); merge the members' changes in order as one update, handing the merger the trees of the batch's passed builds whose assumptions came true (``MergeSpec.tested``: it lands only one of those, else fails ``untested_tree``; infrastructure errors propagate and are retried; the merger recognises changes already landed); publish the result, with each member's landed commits or the typed failure, to ``mergesignal`` (id = batch id, plus ``/r<n>`` for the n-th round after moves of the target sent the batch back to speculation) ; the freeze is asked again as the merger's ``gate`` right before the ref update (the git mergers: after fetch, apply and the exact-trees guard; the fake ones: right before their call), and a freeze found there holds the message as above with nothing pushed (its ``landing`` logs stay: they were true until then) |
 | batch ``merging``, a member terminal or missing | superseded | refuse: nothing is merged or pushed, no ``landing`` log; publish a ``failed`` result naming the members and their states to ``mergesignal`` (the round's id and ``round``, as below), which fails the batch with that reason (the members keep their terminal states; the queue re-plans without the batch) |
 | batch terminal or halted | beyond | ack |
 | batch ``speculating`` after a move of the target sent it back (a trunk epoch names it) | superseded | ack (that round's merge is over; the next round has its own message id) |
 | batch ``creating`` / ``created``, or ``speculating`` with no move on record | invalid | raise ``InvalidState`` |
 | batch missing | invalid | raise ``NotFound`` |
+
+The race with a freeze that starts while a merge is under way: the freeze is checked
+as late as possible, from the database (never a cache), right before the ref update;
+a merge that passed that check finishes (its push is a single ref update and cannot be
+half undone), so a freeze's commit stops every merge that had not reached the ref
+update by then and none after it.
 """  # noqa: E501 - state tables read best unwrapped
 
 from __future__ import annotations
 
 from app.controllers.common import StageController, status_log
+from app.controllers.freeze import freeze_of, hold_ms
 from app.db.repos import batches as batch_repo
 from app.db.repos import epochs as epoch_repo
 from app.db.repos import requests as request_repo
 from app.db.repos import speculation as spec_repo
 from app.domain.entities import Batch
 from app.domain.errors import InvalidState
+from app.domain.freeze import hotfix_passes
+from app.domain.freeze import text as freeze_text
 from app.domain.messages import MERGESIGNAL, EntityMsg, ResultMsg
 from app.domain.states import Assumption, BatchState, PathStatus
-from app.extensions.base import MergeSpec, MergeStep, TestedTree
+from app.extensions.base import HELD, MergeSpec, MergeStep, TestedTree
 from app.queue import Delivery
 
 
@@ -53,16 +63,26 @@ class MergeController(StageController):
                 reason=f"refused to land: {', '.join(ended)}; a batch lands only while "
                        "every member is live", round=round_), message_id=batch.id + suffix)
             return
+        hotfix = tuple(members[m].priority.value for m in batch.contains)
+        if await self._frozen(batch.queue, hotfix):
+            await self._hold(delivery, batch.queue)
+            return
         now = self.deps.now()
         await self.deps.publish_logs([
             status_log(batch.queue, m, "landing", now=now, occurrence=batch.id + suffix,
                        metadata={"batch_id": batch.id}) for m in batch.contains])
         spec = MergeSpec(queue=batch.queue, id=batch.id, steps=tuple(
             MergeStep(m, members[m].change_uris, members[m].strategy) for m in batch.contains),
-            tested=await self._tested(batch))
+            tested=await self._tested(batch), gate=lambda: self._frozen(batch.queue, hotfix))
         merger = self.deps.extensions(batch.queue).merger
         await delivery.ensure_held()  # a holder whose lease lapsed must not push
+        if await self._frozen(batch.queue, hotfix):  # for mergers that never ask the gate
+            await self._hold(delivery, batch.queue)
+            return
         outcome = await self.deps.timed("merge", batch.queue, merger.merge(spec))
+        if outcome.code == HELD:  # the gate found the queue frozen: nothing was updated
+            await self._hold(delivery, batch.queue)
+            return
         await self.deps.publish(MERGESIGNAL, ResultMsg(
             id=batch.id, queue=batch.queue,
             outcome="succeeded" if outcome.succeeded else "failed", reason=outcome.reason,
@@ -71,6 +91,21 @@ class MergeController(StageController):
                      if outcome.succeeded},
             code=outcome.code, tip=outcome.tip, moved=outcome.moved, round=round_,
         ), message_id=batch.id + suffix)
+
+    async def _frozen(self, queue: str, priorities: tuple[str, ...]) -> str:
+        """Why ``queue`` may not land a batch whose members have ``priorities`` now (its
+        freeze's text), or "" when it may: not frozen, or an ``allow_hotfix`` freeze and
+        every member a ``hotfix``."""
+        freeze = await freeze_of(self.deps, queue)
+        if freeze is None or hotfix_passes(freeze, priorities=priorities):
+            return ""
+        return freeze_text(freeze)
+
+    async def _hold(self, delivery: Delivery, queue: str) -> None:
+        now = self.deps.now()
+        freeze = await freeze_of(self.deps, queue, now_ms=now)
+        delivery.hold(self.deps.freeze_recheck_ms if freeze is None
+                      else hold_ms(freeze, now, self.deps.freeze_recheck_ms))
 
     async def _tested(self, batch: Batch) -> tuple[TestedTree, ...] | None:
         """The trees of the batch's passed builds whose assumptions match the trunk as it

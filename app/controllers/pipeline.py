@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from app.controllers import stages as registry
 from app.controllers.common import Deps
 from app.controllers.dlq.reconcilers import Reconciler
-from app.controllers.stages import Stage
+from app.controllers.stages import Stage, Tap
 from app.queue import DLQ_SUFFIX, Backoff, ConsumerSpec, TopicSpec, Topology
 
 
@@ -37,7 +37,15 @@ def build_topology(settings: TopicSettings | None = None,
             backoff=cfg.backoff, visibility_timeout_ms=cfg.visibility_timeout_ms))
         topo.subscribe(s.topic, s.group)
         topo.subscribe(s.topic + DLQ_SUFFIX, s.dlq_group)
+    for t in _taps(stages):
+        topo.subscribe(t.topic, t.group)
     return topo
+
+
+def _taps(stages: Sequence[Stage] | None) -> list[Tap]:
+    """The taps on the topics of ``stages`` (default: the registry's)."""
+    topics = {s.topic for s in (registry.STAGES if stages is None else stages)}
+    return [t for t in registry.TAPS if t.topic in topics]
 
 
 def build_reconcilers(deps: Deps, stages: Sequence[Stage] | None = None,
@@ -59,6 +67,8 @@ def build_consumers(deps: Deps, *, orchestrator: bool = True, gateway: bool = Tr
     mine = [s for s in stages if (gateway if s.gateway else orchestrator)]
     specs = [ConsumerSpec(s.topic, s.group, s.controller(deps), concurrency=concurrency)
              for s in mine]
+    specs += [ConsumerSpec(t.topic, t.group, t.controller(deps), concurrency=concurrency)
+              for t in _taps(stages) if orchestrator]
     specs += [ConsumerSpec(s.topic + DLQ_SUFFIX, s.dlq_group, reconcilers[s.topic + DLQ_SUFFIX],
                            concurrency=concurrency) for s in mine]
     return specs

@@ -35,6 +35,7 @@ The run, over every active batch (``created``/``speculating``/``merging``/``canc
 | ``speculating``, a path passed or building in an older trunk epoch (its build ran on a tip the target no longer has: it moved outside the queue) | refuted before the planner sees it: a new attempt (``pending``, attempt + 1; not an errored attempt, so it spends none of the errored-build budget), counted on the move's ``rebuilt`` in the plan's transaction; an epoch the batch's own merge started (the tip another batch landed, which its builds lacked) refutes that batch's paths alone |
 | ``speculating`` | the planner's verdict: **merge** on a passed path whose assumptions all came true, or on full coverage when the queue allows it (then each overtaken dependency gains the head as a dependency and its old paths are cancelled); **fail** when every dependency settled and every valid path failed; else fund paths within the budget. A build that ended ``errored`` gives its path a new attempt (up to ``core.MAX_BUILD_ATTEMPTS``, ``core.fold``) |
 | ``merging`` | nothing (its outcome arrives through ``mergesignal``); its live paths hold budget |
+| any, the queue frozen with ``allow_builds`` false (``app/controllers/freeze.py``) | as above, but the planner gets no budget (it funds nothing new, cancels nothing to make room) and no build is dispatched, not even a retry of an errored one (pending entries wait, unlinked, and are dispatched by the first run after the freeze ends: the unfreeze wakes the queue, the ``freeze-thaw`` job wakes it when ``until`` or a window ends); running builds finish and are folded in |
 
 Writes: the whole plan (changed path sets, ``merging``/``failed`` transitions, grown
 dependency lists) and its dispatch (``speculated`` logs and ``merge`` per merge,
@@ -78,6 +79,7 @@ from app.controllers.common import (
     status_log,
     unique_id,
 )
+from app.controllers.freeze import freeze_of
 from app.controllers.plan_check import check_plan
 from app.controllers.scoring import QueueScoring
 from app.db.memo import Memo
@@ -122,6 +124,7 @@ class Snapshot:
     plan_version: int = 0  # the queue's, read before anything else (the plan's fence)
     epoch: int = 0  # the queue's newest move outside the queue
     rebuilt: int = 0  # entries refuted in this fold because of such a move
+    builds_frozen: bool = False  # the queue is frozen with allow_builds false
     _res: dict[str, Resolution] | None = None
 
     def active(self, *states: BatchState) -> list[Batch]:
@@ -202,6 +205,8 @@ class SpeculateController:
     # -- the run ---------------------------------------------------------------
     async def _run(self, queue: str) -> None:
         snap = await self._snapshot(queue)
+        freeze = await freeze_of(self.deps, queue)
+        snap.builds_frozen = freeze is not None and not freeze.allow_builds
         for batch in snap.active(BatchState.CREATED):
             snap.put(await self._admit(batch))
         for batch in snap.active(BatchState.CANCELLING):
@@ -210,7 +215,8 @@ class SpeculateController:
         await self.scoring.learn(queue, finished, snap.batches)
         result = await self._plan(snap)
         check_plan(snap.batches, snap.sets, snap.entries, result,
-                   budget=self.deps.extensions(queue).build_budget, queue=queue)
+                   budget=0 if snap.builds_frozen else self.deps.extensions(queue).build_budget,
+                   queue=queue)
         await self._write_plan(snap, result)
 
     def _finished(self, snap: Snapshot) -> list[PathEntry]:
@@ -245,7 +251,8 @@ class SpeculateController:
             complements=spec.coverage_complements,
             complement_slots=spec.complement_slots) if spec.coverage else None
         given = PlanInput(
-            batches=snap.batches, entries=snap.entries, probs=probs, budget=ext.build_budget,
+            batches=snap.batches, entries=snap.entries, probs=probs,
+            budget=0 if snap.builds_frozen else ext.build_budget,
             allocator=spec.allocator, coverage=coverage, now_ms=self.deps.now(),
             mean_build_ms=self._mean_build_ms.get(snap.queue, DEFAULT_MEAN_BUILD_MS),
             min_probability=spec.min_probability, hedge_by_time=spec.hedge_by_time)
@@ -270,7 +277,8 @@ class SpeculateController:
             active = await batch_repo.list_by_states(s, queue=queue, states=ACTIVE,
                                                      memo=batch_memo)
             batches = {b.id: b for b in active}
-            dep_ids = {d for b in active for d in b.dependencies} - set(batches)
+            dep_ids = {d for b in active for d in (*b.dependencies, *b.overtakes)} - \
+                set(batches)
             batches.update(await batch_repo.get_many(s, queue=queue, ids=dep_ids,
                                                      memo=batch_memo))
             sets = await spec_repo.path_sets(s, queue=queue, heads=[b.id for b in active],
@@ -449,6 +457,8 @@ class SpeculateController:
             sent.setdefault(_head_of(x), set()).add(x[2])
 
     def _builds(self, snap: Snapshot) -> list[Dispatch]:
+        if snap.builds_frozen:
+            return []  # frozen with allow_builds false: they wait, unlinked
         return [(BUILD, BuildMsg(id=head.id, queue=head.queue, path_id=e.id,
                                  attempt=e.attempt), f"{head.id}/build/{e.id}/{e.attempt}")
                 for head in snap.active(BatchState.SPECULATING)

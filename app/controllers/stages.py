@@ -32,7 +32,6 @@ from app.controllers.dependency_analysis import DependencyAnalysisController
 from app.controllers.dlq.reconcilers import (
     BatchReconciler,
     BuildReconciler,
-    LogReconciler,
     Reconciler,
     RequestReconciler,
 )
@@ -41,6 +40,12 @@ from app.controllers.merge import MergeController
 from app.controllers.mergecheck import MergeCheckController
 from app.controllers.mergeconflictsignal import MergeConflictSignalController
 from app.controllers.mergesignal import MergeSignalController
+from app.controllers.notify import (
+    LogDeadLetters,
+    NotifyController,
+    NotifyReconciler,
+    NotifyRelayController,
+)
 from app.controllers.speculate import SpeculateController
 from app.controllers.start import StartController
 from app.controllers.validate import ValidateController
@@ -58,6 +63,10 @@ def by_id(msg: Any) -> str:
 
 def by_request(msg: Any) -> str:
     return str(msg.request_id)
+
+
+def by_endpoint(msg: Any) -> str:
+    return f"{msg.queue}/{msg.endpoint}"
 
 
 @dataclass(frozen=True)
@@ -79,7 +88,7 @@ class Stage:
 
 
 def _log_reconciler(deps: Deps, _topic: str) -> Reconciler:
-    return LogReconciler(deps.db)
+    return LogDeadLetters(deps)  # a LogReconciler that also re-relays notify-relay's
 
 
 def _log_controller(deps: Deps) -> Controller:
@@ -111,11 +120,30 @@ STAGES: tuple[Stage, ...] = (
     Stage(m.LOG, m.LogMsg, by_request, "sqid", _log_controller, _log_reconciler,
           group=m.GATEWAY_LOG_GROUP, dlq_group=m.GATEWAY_DLQ_GROUP,
           serial="one request's history in order"),
+    Stage(m.NOTIFY, m.NotifyMsg, by_endpoint, "queue/endpoint", NotifyController,
+          NotifyReconciler, group=m.NOTIFIER_GROUP, dlq_group=m.NOTIFIER_DLQ_GROUP),
 )
+
+
+@dataclass(frozen=True)
+class Tap:
+    """A further consumer group on a stage's topic, run by the worker roles. Its dead
+    letters go to that topic's DLQ (``source_group`` = this group), whose reconciler
+    must know them (``log_dlq``: ``LogDeadLetters``)."""
+
+    topic: str
+    group: str
+    controller: Callable[[Deps], Controller]
+
+
+TAPS: tuple[Tap, ...] = (
+    Tap(m.LOG, m.NOTIFY_RELAY_GROUP, NotifyRelayController),  # log -> notify
+)
+
 
 def stage(topic: str) -> Stage:
     """The registry's entry for ``topic`` (``KeyError`` names the known topics)."""
-    for s in STAGES:  # read at call time: 14 entries, and a test may extend the registry
+    for s in STAGES:  # read at call time: 15 entries, and a test may extend the registry
         if s.topic == topic:
             return s
     raise KeyError(f"no stage {topic!r} in the registry (known: {topics()})")
@@ -143,10 +171,12 @@ def table() -> str:
         if name.startswith("_"):  # a factory: name what it builds
             name = {"_log_controller": "GatewayLogController"}.get(name, name)
         serial = f"yes ({s.serial})" if s.serial else ""
+        name = "; ".join([f"{s.group} -> {name}", *(
+            f"{t.group} -> {t.controller.__name__}" for t in TAPS if t.topic == s.topic)])
         fix = getattr(s.reconciler, "__name__", "")
-        fix = {"_log_reconciler": "LogReconciler"}.get(fix, fix)
+        fix = {"_log_reconciler": "LogDeadLetters"}.get(fix, fix)
         rows.append(f"| `{s.topic}` | `{s.payload.__name__}` | {s.key_name} | {serial} "
-                    f"| {s.group} -> {name} | `{s.topic}_dlq`: {s.dlq_group} -> {fix} |")
+                    f"| {name} | `{s.topic}_dlq`: {s.dlq_group} -> {fix} |")
     return "\n".join(rows)
 
 

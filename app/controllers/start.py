@@ -34,6 +34,7 @@ class StartController(StageController):
             request = LandRequest(
                 queue=msg.queue, id=msg.id, change_uris=tuple(msg.change_uris),
                 strategy=msg.strategy, state=RequestState.STARTED, version=1,
+                priority=msg.priority,
             )
             async with self.deps.transaction() as (s, outbox):
                 created = await request_repo.create(s, request=request, now_ms=self.deps.now())

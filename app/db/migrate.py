@@ -18,14 +18,18 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from alembic import command
-from app.db.engine import ensure_sqlite_dir
-
-ROOT = Path(__file__).resolve().parents[2]
+from app.db.engine import create_engine, ensure_sqlite_dir, is_sqlite
+from app.resources import resource
 
 
 def alembic_config(url: str) -> Config:
-    cfg = Config(str(ROOT / "alembic.ini"))
-    cfg.set_main_option("script_location", str(ROOT / "alembic"))
+    """The migrations (``app.resources``: the wheel's bundled copy or the checkout's
+    ``alembic/``) against ``url``. No ``alembic.ini`` is read: the checkout's serves the
+    ``alembic`` command of a developer (``revision --autogenerate``), and its
+    ``prepend_sys_path = .`` would put the server's working directory on ``sys.path``."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(resource("alembic")))
+    cfg.set_main_option("path_separator", "os")
     cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     return cfg
 
@@ -68,6 +72,38 @@ async def current_revision(engine: AsyncEngine) -> str | None:
         return await conn.run_sync(
             lambda sync_conn: MigrationContext.configure(sync_conn).get_current_revision()
         )
+
+
+def current_revision_sync(url: str) -> str | None:
+    """The revision the database at ``url`` is at, outside an event loop (``serve``
+    checks it before it starts); ``None`` when never migrated. A SQLite file that does
+    not exist is ``None`` and is not created."""
+    if is_sqlite(url):
+        path = sa.engine.make_url(url).database or ""
+        if path and path != ":memory:" and not Path(path).exists():
+            return None
+
+    async def read() -> str | None:
+        engine = create_engine(url)
+        try:
+            return await current_revision(engine)
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(read())
+
+
+def behind(url: str) -> tuple[str | None, str | None] | None:
+    """``(current, head)`` when the database at ``url`` is behind this version's head
+    (or never migrated); ``None`` at head, and also ahead (a revision this version does
+    not know: a newer release migrated it), as ``app.main.migration_state`` judges."""
+    current = current_revision_sync(url)
+    script = ScriptDirectory.from_config(alembic_config(url))
+    head = script.get_current_head()
+    known = {r.revision for r in script.walk_revisions()}
+    if current == head or (current is not None and current not in known):
+        return None
+    return current, head
 
 
 def compare_server_default(

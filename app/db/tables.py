@@ -18,9 +18,11 @@ from app.db.models import (
     ChangeRow,
     ChangeUriRequestRow,
     CounterRow,
+    GitHubDeliveryRow,
     IdempotencyKeyRow,
     PathBuildRow,
     PathSetRow,
+    QueueFreezeRow,
     RequestBatchRow,
     RequestLogRow,
     RequestRow,
@@ -45,10 +47,12 @@ __all__ = [
     "change_uri_requests",
     "changes",
     "counters",
+    "github_deliveries",
     "idempotency_keys",
     "metadata",
     "path_builds",
     "path_sets",
+    "queue_freezes",
     "request_batches",
     "request_log",
     "request_summaries",
@@ -77,3 +81,5 @@ change_claims = table_of(ChangeClaimRow)
 idempotency_keys = table_of(IdempotencyKeyRow)
 admin_audit = table_of(AdminAuditRow)
 api_tokens = table_of(ApiTokenRow)
+github_deliveries = table_of(GitHubDeliveryRow)
+queue_freezes = table_of(QueueFreezeRow)

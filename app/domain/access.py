@@ -92,6 +92,21 @@ class Principal:
         return None
 
 
+def hotfix_refusal(principal: Principal, allowed: tuple[str, ...], queue: str) -> str | None:
+    """Why ``principal`` may not land with priority ``hotfix`` in ``queue``, or None: it
+    may with the ``admin`` scope (``SQ_ADMIN_TOKEN`` or an admin token for every queue)
+    or when its actor is on the queue's ``hotfix_allowed`` list."""
+    if Scope.ADMIN in principal.scopes and principal.queues is None:
+        return None
+    if principal.actor in allowed and not principal.anonymous:
+        return None
+    who = "an anonymous caller" if principal.anonymous else repr(principal.actor)
+    listed = ", ".join(allowed) if allowed else "nobody"
+    return (f"priority 'hotfix' in queue {queue!r} needs the admin token or an actor on "
+            f"the queue's hotfix_allowed list (now: {listed}); {who} is not; land with "
+            "priority 'high' or 'normal', or ask a queue owner")
+
+
 OPEN_SCOPES = frozenset({Scope.LAND, Scope.CANCEL_ANY, Scope.READ})  # SQ_AUTH=open
 
 

@@ -9,7 +9,8 @@
 
 Canonical: lowercase host, SHA as 40 lowercase hex, positive numbers without a
 leading zero, no empty segments. An optional query carries test/demo markers
-(``sq-fake``, ``sq-files``, ``sq-build-ms``) that only the fake extensions read.
+(``sq-fake``, ``sq-files``, ``sq-build-ms``, ``sq-title``, ``sq-author``) that only the
+fake extensions read.
 URIs are compared as opaque strings, except for *change identity*.
 
 Change identity (``ChangeURI.identity``) says when two URIs name the same change, so a
@@ -36,7 +37,7 @@ from urllib.parse import parse_qs, unquote
 from app.domain.errors import ValidationError
 
 MAX_URI_BYTES = 1024
-MARKER_KEYS = frozenset({"sq-fake", "sq-files", "sq-build-ms"})
+MARKER_KEYS = frozenset({"sq-fake", "sq-files", "sq-build-ms", "sq-title", "sq-author"})
 
 _HOST = r"(?P<host>[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?(?::[0-9]{1,5})?)"
 _SEG = r"[A-Za-z0-9._~%+-]+"

@@ -18,6 +18,7 @@ from app.domain.states import (
     LandStrategy,
     LogType,
     PathStatus,
+    Priority,
     RequestState,
 )
 
@@ -32,6 +33,7 @@ class LandRequest:
     version: int
     last_error: str = ""
     created_at_ms: int = 0
+    priority: Priority = Priority.NORMAL
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,16 +45,20 @@ class ChangedFile:
 
 @dataclass(frozen=True, slots=True)
 class ChangeDetails:
-    """What a change provider reports about one change."""
+    """What a change provider reports about one change. ``title``: the head commit's
+    subject (or the pull request's title); "" when the provider does not know it (details
+    stored before titles existed read back as "")."""
 
     uri: str
     author_name: str = ""
     author_email: str = ""
     changed_files: tuple[ChangedFile, ...] = ()
+    title: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
             "author": {"name": self.author_name, "email": self.author_email},
+            "title": self.title,
             "changed_files": [
                 {"path": f.path, "lines_added": f.lines_added, "lines_deleted": f.lines_deleted}
                 for f in self.changed_files
@@ -66,6 +72,7 @@ class ChangeDetails:
             uri=uri,
             author_name=author.get("name", ""),
             author_email=author.get("email", ""),
+            title=str(data.get("title") or ""),
             changed_files=tuple(
                 ChangedFile(f["path"], int(f.get("lines_added", 0)), int(f.get("lines_deleted", 0)))
                 for f in data.get("changed_files", [])
@@ -86,6 +93,11 @@ class Batch:
     updated_at_ms: int = 0
     # a succeeded batch's landed commits: sqid -> one commit per change of the request
     landed: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # its members' highest priority, and the conflicting batches of a lower priority
+    # (not yet merging) it went ahead of: each gains it as a dependency (the planner,
+    # ``app/speculation/priority.py``)
+    priority: Priority = Priority.NORMAL
+    overtakes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,3 +227,4 @@ class RequestSummary:
     last_error: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)
     submitted_by: str = ""  # the actor who asked (app/domain/access.py); "" = unknown
+    priority: Priority = Priority.NORMAL  # as accepted (normal before 0011)

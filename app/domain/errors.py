@@ -27,10 +27,13 @@ SubmitQueueError
 │   └── BadSignature                 401 (a CI request's signature)
 ├── Forbidden                        403
 │   ├── AdminDisabled
-│   └── MissingScope                 (names the scope the token lacks)
+│   ├── MissingScope                 (names the scope the token lacks)
+│   └── HotfixNotAllowed             (priority hotfix without the admin token or the allow-list)
 ├── QuotaExceeded                    429 + Retry-After
 ├── BuildTriggerRefused              (CI refused a trigger; never reaches the API)
 ├── Unattributed                     (a speculate dead letter naming no batch; parked)
+├── NotificationFailed               (an endpoint did not take a notification; never reaches the API)
+├── NotificationGivenUp              (a notify dead letter; parked)
 ├── PlanError                        (decided; never reaches the API)
 │   ├── PlanRejected
 │   └── PlanInvariantError           (app/speculation/invariants.py: also an AssertionError)
@@ -57,11 +60,14 @@ SubmitQueueError
 | ``BadSignature`` | a CI request's ``X-SubmitQueue-Signature`` is missing, malformed, stale or wrong | no | 401 |
 | ``Forbidden`` / ``AdminDisabled`` | the caller may not do this / the admin API is off | no | 403 |
 | ``MissingScope`` (``Forbidden``) | the token lacks the scope the call needs (the message names it) | no | 403 |
+| ``HotfixNotAllowed`` (``Forbidden``) | a land asked for priority ``hotfix`` without the admin token or a place on the queue's ``hotfix_allowed`` | no | 403 |
 | ``QuotaExceeded`` | the actor's quota of the queue is used up; nothing was stored | yes, after ``retry_after_s`` | 429 + ``Retry-After`` |
 | ``ChangeRejected`` | the change cannot land as it is (unknown, stale, unreadable) | no | - (ends the request `error`) |
 | ``BuildTriggerRefused`` | the CI answered a trigger with a permanent error | no | - |
 | ``Undecodable`` | a dead letter names no entity a reconciler can act on | no, parked | - |
 | ``Unattributed`` | a ``speculate`` dead letter names no batch | no, parked | - |
+| ``NotificationFailed`` | a notify endpoint answered 408/429/5xx or was unreachable (``retryable``), or answered a permanent error | per instance | - |
+| ``NotificationGivenUp`` | a notification reached ``notify_dlq``: nothing to reconcile, kept for an operator | no, parked | - |
 
 ``PlanError`` (raised as ``PlanRejected`` by the controller's check and as
 ``PlanInvariantError`` by the planner) is classified deliberately: the planner is a
@@ -213,6 +219,13 @@ class MissingScope(Forbidden):
     code = "missing_scope"
 
 
+class HotfixNotAllowed(Forbidden):
+    """A land asked for priority ``hotfix``, which needs the admin token or the caller's
+    actor on the queue's ``hotfix_allowed`` list; the message says which."""
+
+    code = "hotfix_not_allowed"
+
+
 class QuotaExceeded(SubmitQueueError):
     """The actor used up a quota of the queue (``limit``: ``in_flight`` or
     ``per_hour``); try again after ``retry_after_s``."""
@@ -249,6 +262,25 @@ class Unattributed(SubmitQueueError):
     failed (the message's own batch is innocent); an operator decides."""
 
     code = "unattributed"
+    park = True
+
+
+class NotificationFailed(SubmitQueueError):
+    """A notify endpoint did not take a notification: ``retryable`` for a timeout, a
+    connection error or HTTP 408/429/5xx (not 501/505), else permanent (the DLQ)."""
+
+    code = "notification_failed"
+
+    def __init__(self, message: str, *, retryable: bool) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+class NotificationGivenUp(SubmitQueueError):
+    """A notification in ``notify_dlq``: no state to drive, so it is parked for an
+    operator (requeue it once the endpoint is fixed, or discard it)."""
+
+    code = "notification_given_up"
     park = True
 
 

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.domain.entities import RequestLog
-from app.domain.states import LandStrategy, LogType
+from app.domain.states import LandStrategy, LogType, Priority
 
 START = "start"
 CANCEL = "cancel"
@@ -31,11 +31,15 @@ MERGE = "merge"
 MERGESIGNAL = "mergesignal"
 CONCLUDE = "conclude"
 LOG = "log"
+NOTIFY = "notify"
 
 ORCHESTRATOR_GROUP = "orchestrator"
 GATEWAY_LOG_GROUP = "gateway-log"
 ORCHESTRATOR_DLQ_GROUP = "orchestrator-dlq"  # reconciles every orchestrator topic's ``_dlq``
 GATEWAY_DLQ_GROUP = "gateway-dlq"  # reconciles ``log_dlq``
+NOTIFY_RELAY_GROUP = "notify-relay"  # a second group on ``log``: notifiable entries -> ``notify``
+NOTIFIER_GROUP = "notifier"  # POSTs each ``notify`` message to its endpoint
+NOTIFIER_DLQ_GROUP = "notifier-dlq"  # parks ``notify_dlq`` (a notification given up)
 
 
 class _Msg(BaseModel):
@@ -49,6 +53,7 @@ class LandRequestMsg(_Msg):
     strategy: LandStrategy
     received_at_ms: int = 0  # when the gateway accepted it (0: unknown, older messages)
     submitted_by: str = ""  # the actor who asked ("" in messages from before access)
+    priority: Priority = Priority.NORMAL  # normal in messages from before priorities
 
 
 class CancelRequestMsg(_Msg):
@@ -123,6 +128,28 @@ class LogMsg(_Msg):
             request_version=self.request_version, last_error=self.last_error,
             metadata=dict(self.metadata), log_id=self.log_id,
         )
+
+
+class NotifyMsg(_Msg):
+    """One notification for one endpoint (``app/controllers/notify.py``): the facts of
+    the log entry it announces, decided by the relay, so every attempt sends the same
+    body. Message id ``<log id>/<endpoint>`` (also the ``X-SubmitQueue-Delivery``)."""
+
+    id: str  # the request's sqid
+    queue: str
+    endpoint: str
+    log_id: str
+    event: Literal["landed", "removed", "needs_operator"]
+    status: str
+    reason: str | None = None  # app/domain/removals.py, None for landed
+    last_error: str = ""
+    timestamp_ms: int
+    batch_id: str = ""
+    commits: list[str] = Field(default_factory=list)
+
+    @property
+    def delivery_id(self) -> str:
+        return f"{self.log_id}/{self.endpoint}"
 
 
 def log_id(sqid: str, name: str, occurrence: str | None = None) -> str:

@@ -30,7 +30,6 @@ against the process's working directory.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -46,8 +45,12 @@ from pydantic import (
 )
 
 from app.domain.errors import ValidationError as ConfigError
+from app.domain.freeze import FreezeWindowConfig
+from app.domain.github_config import GitHubConfig
 from app.domain.ids import check_queue_name
+from app.domain.notify_config import NotifyEndpointConfig, check_endpoints
 from app.domain.states import LandStrategy
+from app.domain.text import ENV_NAME
 
 
 class _Cfg(BaseModel):
@@ -55,15 +58,18 @@ class _Cfg(BaseModel):
 
 
 class ChangeProviderConfig(_Cfg):
-    type: Literal["fake", "git"] = "fake"
+    """``fake`` (URI markers), ``git`` (the ``git`` block's repository) or ``github``
+    (pull requests of the ``github`` block's repository; docs/github.md)."""
+
+    type: Literal["fake", "git", "github"] = "fake"
 
 
 _RUNNER_KEYS = {
     "fake": {"type", "delay_ms"},
     "command": {"type", "command", "timeout_s", "max_parallel", "sandbox", "network"},
     "webhook": {"type", "url", "secret_env", "timeout_s"},
+    "github_checks": {"type", "checks", "checks_start_timeout_s", "timeout_s"},
 }
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class BuildRunnerConfig(_Cfg):
@@ -84,9 +90,13 @@ class BuildRunnerConfig(_Cfg):
     - ``webhook``: POSTs each build to ``url`` signed with the secret held by the
       environment variable ``secret_env``; CI reports back to the callback URL. A
       build with no verdict ``timeout_s`` (default 3600) after its trigger errors.
+    - ``github_checks``: pushes each build's tree as the branch ``sq/<queue>/<path>-<n>``
+      and waits for GitHub's ``checks`` (required check names) on it; none of them
+      within ``checks_start_timeout_s`` (default 600) is ``no_ci_started`` (needs the
+      ``git`` and ``github`` blocks; docs/github.md).
     """
 
-    type: Literal["fake", "command", "webhook"] = "fake"
+    type: Literal["fake", "command", "webhook", "github_checks"] = "fake"
     delay_ms: int = Field(default=0, ge=0, le=3_600_000)
     command: tuple[str, ...] = ()
     timeout_s: float | None = Field(default=None, gt=0, le=7 * 24 * 3600)
@@ -96,6 +106,8 @@ class BuildRunnerConfig(_Cfg):
     sandbox: Literal["bwrap", "none"] = "bwrap"
     network: bool = False
     infra_exit_codes: tuple[int, ...] = (75,)
+    checks: tuple[str, ...] = ()
+    checks_start_timeout_s: float = Field(default=600.0, gt=0, le=24 * 3600)
 
     @field_validator("command")
     @classmethod
@@ -110,6 +122,9 @@ class BuildRunnerConfig(_Cfg):
         if stray:
             raise ValueError(f"build_runner type {self.type} takes no {', '.join(stray)} "
                              f"(its keys: {', '.join(sorted(_RUNNER_KEYS[self.type]))})")
+        if self.type == "github_checks" and not self.checks:
+            raise ValueError("build_runner type github_checks needs checks: the names of the "
+                             "required checks, e.g. [test, lint] (as GitHub shows them)")
         if self.type == "command" and not self.command:
             raise ValueError('build_runner type command needs command: an argv list such as '
                              '["{python}", "sq_test.py"] (run in the tree, never by a shell)')
@@ -122,7 +137,7 @@ class BuildRunnerConfig(_Cfg):
             if parts.scheme not in ("http", "https") or not parts.netloc:
                 raise ValueError("build_runner type webhook needs url: the CI's http:// or "
                                  "https:// webhook address")
-            if not _ENV_NAME.match(self.secret_env):
+            if not ENV_NAME.match(self.secret_env):
                 raise ValueError("build_runner type webhook needs secret_env: the name of the "
                                  "environment variable holding the shared secret (e.g. "
                                  "SQ_WEBHOOK_SECRET_MYQUEUE), not the secret itself")
@@ -132,11 +147,15 @@ class BuildRunnerConfig(_Cfg):
     def effective_timeout_s(self) -> float:
         if self.timeout_s is not None:
             return self.timeout_s
-        return 3600.0 if self.type == "webhook" else 600.0
+        return 3600.0 if self.type in ("webhook", "github_checks") else 600.0
 
 
 class MergerConfig(_Cfg):
-    type: Literal["fake", "noop", "git"] = "fake"
+    """``fake``, ``noop``, ``git`` (push the target branch) or ``github`` (the git
+    merger, landing by an API fast-forward without force; needs the ``git`` and
+    ``github`` blocks; docs/github.md)."""
+
+    type: Literal["fake", "noop", "git", "github"] = "fake"
 
 
 _BRANCH_BAD = set(" ~^:?*[\\\x7f")
@@ -301,9 +320,6 @@ class QuotasConfig(_Cfg):
     per_hour: int | None = Field(default=None, ge=1, le=1_000_000)
 
 
-_TYPE_OF = {"change_provider": "git", "merger": "git", "build_runner": "command"}
-
-
 class QueueConfig(_Cfg):
     name: str
     description: str = ""
@@ -315,7 +331,12 @@ class QueueConfig(_Cfg):
     speculation: SpeculationConfig = SpeculationConfig()
     outages: OutagesConfig = OutagesConfig()
     quotas: QuotasConfig = QuotasConfig()
+    # actors (token labels) who may land with priority hotfix, besides the admin token
+    hotfix_allowed: tuple[str, ...] = ()
     git: GitConfig | None = None
+    github: GitHubConfig | None = None  # docs/github.md
+    notify: tuple[NotifyEndpointConfig, ...] = ()  # docs/notifications.md
+    freeze_windows: tuple[FreezeWindowConfig, ...] = ()  # docs/freeze.md
     build_budget: int = Field(default=4, ge=1, le=1000)
     default_strategy: LandStrategy = LandStrategy.REBASE
 
@@ -329,22 +350,36 @@ class QueueConfig(_Cfg):
 
     @model_validator(mode="after")
     def _git_block(self) -> QueueConfig:
+        check_endpoints(self.notify, self.name)
         users = [
             block
             for block, kind in (("change_provider", self.change_provider.type),
                                 ("merger", self.merger.type),
                                 ("build_runner", self.build_runner.type))
-            if kind in ("git", "command")
+            if kind in ("git", "command", "github_checks")
+            or (block == "merger" and kind == "github")
         ]
+        gh_users = [f"{block}.type {kind}" for block, kind in (
+            ("change_provider", self.change_provider.type), ("merger", self.merger.type),
+            ("build_runner", self.build_runner.type)) if kind in ("github", "github_checks")]
+        if gh_users and self.github is None:
+            raise ValueError(
+                f"queue {self.name!r}: {' and '.join(gh_users)} "
+                f"{'needs' if len(gh_users) == 1 else 'need'} a 'github' block "
+                "(github: {repository: <owner>/<repo>, token_env: <variable holding a "
+                "token>}; see docs/github.md)")
         if users and self.git is None:
             needs = "needs" if len(users) == 1 else "need"
             raise ValueError(
                 f"queue {self.name!r}: "
-                f"{' and '.join(f'{u}.type {_TYPE_OF[u]}' for u in users)} "
+                f"{' and '.join(f'{u}.type {self._kind(u)}' for u in users)} "
                 f"{needs} a 'git' block (git: {{repository: <path or URL>, "
                 "repo_key: <host>/<repo>})"
             )
         return self
+
+    def _kind(self, block: str) -> str:
+        return str(getattr(self, block).type)
 
     def resolved(self, base_dir: Path) -> QueueConfig:
         """This config with relative git paths made absolute against ``base_dir``."""
@@ -389,9 +424,8 @@ def parse_queues(
         # the whole mapping, so that an unknown top-level key is reported, not ignored
         parsed = QueuesFile.model_validate({**raw, "defaults": defaults, "queues": merged})
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
-        )
+        problems = "; ".join(f"{_where(e['loc'], merged)}: {e['msg']}"
+                             for e in exc.errors())
         raise ConfigError(f"{source}: {problems}") from None
     out: dict[str, QueueConfig] = {}
     for q in parsed.queues:
@@ -399,3 +433,15 @@ def parse_queues(
             raise ConfigError(f"{source}: queue {q.name!r} is declared twice")
         out[q.name] = q.resolved(base_dir if base_dir is not None else Path.cwd())
     return out
+
+
+def _where(loc: tuple[Any, ...], queues: list[Any]) -> str:
+    """The dotted location of a problem, naming the queue after its index
+    (``queues.0 (queue 'demo').freeze_windows.0.cron``)."""
+    where = ".".join(str(p) for p in loc)
+    if len(loc) >= 2 and loc[0] == "queues" and isinstance(loc[1], int) \
+            and loc[1] < len(queues) and isinstance(queues[loc[1]], dict) \
+            and isinstance(queues[loc[1]].get("name"), str):
+        rest = "".join(f".{p}" for p in loc[2:])
+        return f"queues.{loc[1]} (queue {queues[loc[1]]['name']!r}){rest}"
+    return where

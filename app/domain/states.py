@@ -116,6 +116,24 @@ class LandStrategy(StrEnum):
     FAST_FORWARD = "fast_forward"
 
 
+class Priority(StrEnum):
+    """How urgently a land request goes through the queue (``docs/pipeline.md``): a batch
+    goes ahead of every conflicting batch of a lower priority that is not yet merging.
+    ``hotfix`` needs the admin token or the queue's ``hotfix_allowed`` list."""
+
+    NORMAL = "normal"
+    HIGH = "high"
+    HOTFIX = "hotfix"
+
+    @property
+    def rank(self) -> int:
+        """0 for ``normal``; a higher priority has a higher rank."""
+        return _PRIORITY_RANK[self]
+
+
+_PRIORITY_RANK = {Priority.NORMAL: 0, Priority.HIGH: 1, Priority.HOTFIX: 2}
+
+
 class PublicStatus(StrEnum):
     """What the gateway reports; ``accepting`` is internal and never shown."""
 

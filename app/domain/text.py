@@ -14,6 +14,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+#: The name of an environment variable: configuration names secrets by it, never holds them.
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
 _CONTROL = "\x00-\x08\x0b\x0c\x0e-\x1f\x7f"
 _NOT_IN_TEXT = re.compile(f"[{_CONTROL}\ud800-\udfff]")
 _NOT_IN_LINE = re.compile(f"[{_CONTROL}\t\n\r\ud800-\udfff]")

@@ -18,6 +18,7 @@ from app.domain.entities import ChangeDetails
 from app.domain.errors import ChangeRejected as ChangeRejected  # re-exported
 from app.domain.queue_config import SpeculationConfig
 from app.domain.states import BuildStatus, LandStrategy
+from app.extensions.notify.webhook import WebhookSink
 
 __all__ = ["TestedTree"]  # re-exported: runners and mergers name it from here
 
@@ -185,6 +186,10 @@ class BuildStore(Protocol):
         ...
 
 
+Gate = Callable[[], Awaitable[str]]
+HELD = "held"  # MergeOutcome.code: the gate refused; nothing was updated
+
+
 @dataclass(frozen=True, slots=True)
 class MergeStep:
     step_id: str  # the request's sqid
@@ -201,6 +206,12 @@ class MergeSpec:
     # ``None`` when its runner records no trees (the fake runners); a git merger then
     # lands only a tip whose tree is one of these, else refuses with ``untested_tree``.
     tested: tuple[TestedTree, ...] | None = None
+    # For a merge: asked right before the target's ref is updated (a merger that
+    # updates a ref in several steps asks after the last step that changes nothing);
+    # a non-empty answer (why, e.g. the queue's freeze) means: update nothing, return
+    # ``MergeOutcome(succeeded=False, code=HELD, reason=<the answer>)``. The merge
+    # stage holds such a message and asks again later (app/controllers/freeze.py).
+    gate: Gate | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,3 +257,4 @@ class QueueExtensions:
     scorer: Scorer
     build_budget: int
     speculation: SpeculationConfig = field(default_factory=SpeculationConfig)
+    notify: tuple[WebhookSink, ...] = ()  # the queue's notify: endpoints

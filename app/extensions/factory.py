@@ -20,6 +20,7 @@ from typing import Any, assert_never
 from urllib.parse import unquote, urlsplit
 
 from app.domain.errors import NotFound, ValidationError
+from app.domain.notify_config import check_url
 from app.domain.queue_config import GitConfig, QueueConfig, ScorerConfig, parse_queues
 from app.extensions.base import (
     BuildRunner,
@@ -44,6 +45,7 @@ from app.extensions.git.merger import GitMerger
 from app.extensions.git.provider import GitChangeProvider
 from app.extensions.git.publish import TreePublisher
 from app.extensions.merger.fake import FakeMerger, NoopMerger
+from app.extensions.notify.webhook import WebhookSink
 
 
 def _git(config: QueueConfig) -> GitConfig:
@@ -64,8 +66,49 @@ def _provider(config: QueueConfig) -> ChangeProvider:
             git = _git(config)
             return GitChangeProvider({git.repo_key: git.repository}, git.target_branch,
                                      _work_dir(config) / "provider")
+        case "github":
+            return _github_provider(config)
         case other:
             assert_never(other)
+
+
+def _github_provider(config: QueueConfig) -> ChangeProvider:
+    """Imported here, not at the top: githubkit costs ~0.3 s and ~13 MiB at start-up
+    (docs/github.md), paid only by a server with a GitHub queue."""
+    from app.extensions.github.provider import GitHubChangeProvider
+
+    client = _github_client(config)
+    return GitHubChangeProvider(client.config, client)
+
+
+def _github_client(config: QueueConfig) -> Any:
+    from app.extensions.github.client import GitHubClient, credentials
+
+    if config.github is None:  # the config validator requires it
+        raise ValidationError(f"queue {config.name!r}: a github extension needs a "
+                              "'github' block")
+    return GitHubClient(config.github, credentials(config.github, config.name))
+
+
+def _github_runner(config: QueueConfig, store: BuildStore) -> BuildRunner:
+    from app.extensions.github.runner import GitHubChecksRunner
+
+    git, cfg = _git(config), config.build_runner
+    publisher = TreePublisher({git.repo_key: git.repository}, git.target_branch,
+                              _work_dir(config) / "published")
+    return GitHubChecksRunner(queue=config.name, publisher=publisher,
+                              client=_github_client(config), store=store, checks=cfg.checks,
+                              start_timeout_s=cfg.checks_start_timeout_s,
+                              timeout_s=cfg.effective_timeout_s)
+
+
+def _github_merger(config: QueueConfig) -> Merger:
+    from app.extensions.github.merger import GitHubMerger
+
+    git = _git(config)
+    return GitHubMerger({git.repo_key: git.repository}, git.target_branch,
+                        _work_dir(config) / "merger", client=_github_client(config),
+                        move_head_branches=git.move_head_branches)
 
 
 DEFAULT_PUBLIC_URL = "http://127.0.0.1:8000"
@@ -99,8 +142,36 @@ def _runner(config: QueueConfig, store: BuildStore, public_url: str) -> BuildRun
             return WebhookBuildRunner(queue=config.name, url=cfg.url, secret=secret,
                                       public_url=public_url, store=store,
                                       timeout_s=cfg.effective_timeout_s, publisher=publisher)
+        case "github_checks":
+            return _github_runner(config, store)
         case other:
             assert_never(other)
+
+
+def _env(config: QueueConfig, endpoint: str, key: str, name: str) -> str:
+    value = os.environ.get(name, "")
+    if not value:
+        raise ValidationError(
+            f"queue {config.name!r}: notify endpoint {endpoint!r} {key} names the environment "
+            f"variable {name}, which is not set or empty; export it before starting the server")
+    return value
+
+
+def _notify(config: QueueConfig, public_url: str) -> tuple[WebhookSink, ...]:
+    """The queue's ``notify:`` endpoints with their URLs and secrets read from the
+    environment (a missing variable fails start-up, naming it)."""
+    sinks = []
+    for e in config.notify:
+        url = e.url or _env(config, e.name, "url_env", e.url_env)
+        try:
+            check_url(url, f"queue {config.name!r}: notify endpoint {e.name!r} url_env {e.url_env}")
+        except ValueError as exc:
+            raise ValidationError(str(exc)) from None
+        secret = _env(config, e.name, "secret_env", e.secret_env) if e.secret_env else ""
+        sinks.append(WebhookSink(queue=config.name, name=e.name, url=url, secret=secret,
+                                 events=frozenset(e.events), fmt=e.format,
+                                 timeout_s=e.timeout_s, public_url=public_url))
+    return tuple(sinks)
 
 
 def _merger(config: QueueConfig) -> Merger:
@@ -114,6 +185,8 @@ def _merger(config: QueueConfig) -> Merger:
             return GitMerger({git.repo_key: git.repository}, git.target_branch,
                              _work_dir(config) / "merger",
                              move_head_branches=git.move_head_branches)
+        case "github":
+            return _github_merger(config)
         case other:
             assert_never(other)
 
@@ -281,6 +354,7 @@ def build_extensions(config: QueueConfig,
         scorer=scorer_factory(config.scorer),
         build_budget=config.build_budget,
         speculation=config.speculation,
+        notify=_notify(config, public_url),
     )
 
 
@@ -380,10 +454,14 @@ class ExtensionRegistry:
 
 
 def webhook_secrets(configs: Mapping[str, QueueConfig]) -> list[str]:
-    """The shared secrets the webhook runners of ``configs`` read from the environment
-    (the composition root masks them in stored build logs)."""
-    return [secret for cfg in configs.values() if cfg.build_runner.type == "webhook"
-            if (secret := os.environ.get(cfg.build_runner.secret_env, ""))]
+    """The shared secrets the webhook runners and notify endpoints of ``configs`` read
+    from the environment, and notify URLs given by variable (a Slack webhook URL is a
+    secret): the composition root masks them in stored build logs."""
+    names = [cfg.build_runner.secret_env for cfg in configs.values()
+             if cfg.build_runner.type == "webhook"]
+    names += [name for cfg in configs.values() for e in cfg.notify
+              for name in (e.secret_env, e.url_env) if name]
+    return [secret for name in names if (secret := os.environ.get(name, ""))]
 
 
 def load_queues_file(path: Path) -> dict[str, QueueConfig]:
@@ -392,8 +470,8 @@ def load_queues_file(path: Path) -> dict[str, QueueConfig]:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ValidationError(
-            f"queues file {str(path)!r} does not exist; create it (the repository's "
-            "queues.yaml is an example) or set SQ_QUEUES_FILE to the path of one"
+            f"queues file {str(path)!r} does not exist; run `submitqueue init` to write "
+            "one (and a .env) here, or set SQ_QUEUES_FILE to the path of one"
         ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ValidationError(

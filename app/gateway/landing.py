@@ -59,7 +59,7 @@ from app.domain.errors import (
 from app.domain.ids import request_id, request_number
 from app.domain.messages import START, LandRequestMsg, accepted_entry
 from app.domain.queue_config import QueueConfig
-from app.domain.states import LandStrategy, PublicStatus
+from app.domain.states import LandStrategy, Priority, PublicStatus
 from app.queue import Broker
 
 log = logging.getLogger("submitqueue.api")
@@ -111,22 +111,28 @@ def check_key(key: str | None) -> str | None:
     return key
 
 
-def body_digest(change_uris: list[str], strategy: LandStrategy | None) -> str:
-    """SHA-256 of the body as sent (the stack in order and the strategy, null kept)."""
-    raw = json.dumps({"change_uris": change_uris,
-                      "strategy": strategy.value if strategy else None},
-                     separators=(",", ":"), sort_keys=True)
+def body_digest(change_uris: list[str], strategy: LandStrategy | None,
+                priority: Priority = Priority.NORMAL) -> str:
+    """SHA-256 of the body as sent (the stack in order and the strategy, null kept; the
+    priority unless ``normal``, so keys bound before priorities existed still match)."""
+    body: dict[str, object] = {"change_uris": change_uris,
+                               "strategy": strategy.value if strategy else None}
+    if priority is not Priority.NORMAL:
+        body["priority"] = priority.value
+    raw = json.dumps(body, separators=(",", ":"), sort_keys=True)
     return hashlib.sha256(raw.encode("utf-8")).hexdigest()
 
 
 async def accept(runtime: LandRuntime, *, queue: str, config: QueueConfig,
                  change_uris: list[str], strategy: LandStrategy | None,
-                 key: str | None, actor: str = ANONYMOUS) -> Landed:
+                 key: str | None, actor: str = ANONYMOUS,
+                 priority: Priority = Priority.NORMAL) -> Landed:
     """Accept the stack ``change_uris`` for ``queue`` from ``actor`` (see the module
-    docstring); ``strategy`` None = the queue's default."""
+    docstring); ``strategy`` None = the queue's default. Whether ``actor`` may ask for
+    ``priority`` is the caller's check (``app/domain/access.py``, ``hotfix_refusal``)."""
     key = check_key(key)
     identities = stack_identities(validate_stack(change_uris))
-    digest = body_digest(change_uris, strategy)
+    digest = body_digest(change_uris, strategy, priority)
     strategy = strategy or config.default_strategy
     for attempt in range(1, LAND_ATTEMPTS + 1):
         received_ms = runtime.broker.clock()
@@ -148,7 +154,7 @@ async def accept(runtime: LandRuntime, *, queue: str, config: QueueConfig,
                                           change_uris=change_uris,
                                           received_at_ms=received_ms,
                                           metadata={"strategy": strategy.value},
-                                          submitted_by=actor)
+                                          submitted_by=actor, priority=priority)
         except _Replay as replay:
             return await _replay(runtime, replay.record, digest, strategy)
         except claims.ClaimHeld as held:
@@ -159,7 +165,7 @@ async def accept(runtime: LandRuntime, *, queue: str, config: QueueConfig,
             continue
         break
     msg = LandRequestMsg(id=sqid, queue=queue, change_uris=change_uris, strategy=strategy,
-                         received_at_ms=received_ms, submitted_by=actor)
+                         received_at_ms=received_ms, submitted_by=actor, priority=priority)
     try:
         await hand_off(runtime, msg)
     except ServiceUnavailable:
@@ -231,7 +237,7 @@ async def _complete(runtime: LandRuntime, summary: RequestSummary,
     await hand_off(runtime, LandRequestMsg(
         id=summary.request_id, queue=summary.queue, change_uris=list(summary.change_uris),
         strategy=strategy, received_at_ms=summary.received_at_ms,
-        submitted_by=summary.submitted_by))
+        submitted_by=summary.submitted_by, priority=summary.priority))
 
 
 def _strategy_of(summary: RequestSummary, default: LandStrategy) -> LandStrategy:

@@ -26,7 +26,14 @@ from app.queue.errors import (
     QueueError,
     UnknownTopic,
 )
-from app.queue.records import ClaimedDelivery, GroupStats, PublishResult, StoredMessage, TopicStats
+from app.queue.records import (
+    ClaimedDelivery,
+    GroupStats,
+    PublishResult,
+    StoredMessage,
+    TopicStats,
+    Trouble,
+)
 from app.queue.topology import DLQ_SUFFIX, Backoff, TopicSpec, Topology
 
 __all__ = [
@@ -62,6 +69,7 @@ __all__ = [
     "TopicSpec",
     "TopicStats",
     "Topology",
+    "Trouble",
     "UnknownTopic",
     "backend_for_url",
     "classify",

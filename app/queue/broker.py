@@ -32,7 +32,7 @@ from typing import Any
 
 from app.queue import ops, ops_admin
 from app.queue.backends import Backend
-from app.queue.errors import InvalidPayload, MessageNotFound, PayloadTooLarge
+from app.queue.errors import InvalidPayload, MessageNotFound, PayloadTooLarge, UnknownTopic
 from app.queue.members import Membership
 from app.queue.records import (
     ClaimedDelivery,
@@ -40,6 +40,7 @@ from app.queue.records import (
     PublishResult,
     StoredMessage,
     TopicStats,
+    Trouble,
 )
 from app.queue.topology import TopicSpec, Topology
 
@@ -480,6 +481,44 @@ class Broker:
             total += n
             if n < 5000:
                 return total
+
+    async def troubles(self, *, limit: int = 1000) -> list[Trouble]:
+        """Unsettled messages that failed at least once (retrying or dead-lettered), newest
+        first, at most ``limit`` (one statement): what the status pages show as a stage
+        that is retrying or waiting in a dead-letter queue."""
+        rows = await self.backend.run(ops_admin.troubles(limit=max(1, min(limit, 10_000))))
+        out: dict[int, Trouble] = {}
+        for r in rows:
+            seq = int(r["seq"])
+            try:
+                payload = json.loads(r["payload"])
+            except ValueError:
+                payload = None
+            if r["original_topic"] is not None:
+                topic, dlq, state = str(r["original_topic"]), str(r["topic"]), "dead_lettered"
+                attempts, error = int(r["failure_count"] or 0), str(r["failed_error"] or "")
+            elif r["parked"]:
+                topic, dlq, state = str(r["topic"]), None, "dead_lettered"
+                attempts, error = int(r["failure_count"] or 0), str(r["failed_error"] or "")
+            else:
+                topic, dlq, state = str(r["topic"]), None, "retrying"
+                attempts, error = int(r["attempts"] or 0), str(r["last_error"] or "")
+            try:
+                budget: int | None = self.topology.spec(topic).max_attempts
+            except UnknownTopic:
+                budget = None
+            running = state == "retrying" and r["lease_token"] is not None
+            due = r["available_at_ms"]
+            item = Trouble(
+                seq=seq, topic=topic, partition_key=str(r["partition_key"]), payload=payload,
+                state=state, attempts=attempts, max_attempts=budget, last_error=error,
+                next_attempt_ms=None if state != "retrying" or running or due is None
+                else int(due),
+                running=running, dlq_topic=dlq, failed_at_ms=r["failed_at_ms"],
+                parked=bool(r["parked"]), reconciler_paused=bool(r["paused"]))
+            if seq not in out or item.needs_operator:
+                out[seq] = item
+        return list(out.values())
 
     async def stats(self) -> list[TopicStats]:
         now = self.clock()

@@ -268,6 +268,17 @@ def settle_message(seq: int, now: int) -> Stmt:
     )
 
 
+# PostgreSQL, before an ack: lock the messages of the deliveries acked, in id order.
+# Two groups acking the last two deliveries of one message at once would otherwise
+# each see the other's delivery still there (its delete not yet committed) and
+# neither would settle the message (write skew under READ COMMITTED). With the lock
+# the second waits for the first's commit, and its ack statement, which takes a new
+# snapshot, sees that delete. dead_letter takes the same lock first.
+_LOCK_ACKED_MESSAGES_PG = """SELECT m.seq FROM queue_messages m
+  WHERE m.seq IN (SELECT q.message_seq FROM queue_deliveries q
+                  WHERE q.id = ANY(CAST(:ids AS bigint[])))
+  ORDER BY m.seq FOR UPDATE OF m"""
+
 # PostgreSQL: acks in one statement. Its parts share one snapshot, so the settle step
 # does not see the deletes yet and leaves the deleted deliveries out explicitly.
 _ACK_MANY_PG = """WITH del AS (
@@ -300,8 +311,9 @@ def ack(d: Dialect, delivery_id: int, token: str, now: int) -> Op[bool]:
 
 
 def ack_many(d: Dialect, leases: Sequence[tuple[int, str]], *, now: int) -> Op[set[int]]:
-    """Several acks in one transaction (one statement on PostgreSQL): the ids of the
-    ``(delivery_id, lease_token)`` pairs that were still held and are now settled."""
+    """Several acks in one transaction (on PostgreSQL: the message lock, then one
+    statement): the ids of the ``(delivery_id, lease_token)`` pairs that were still
+    held and are now settled."""
     if not d.is_postgres:
         done: set[int] = set()
         for delivery_id, token in leases:
@@ -309,11 +321,9 @@ def ack_many(d: Dialect, leases: Sequence[tuple[int, str]], *, now: int) -> Op[s
                 done.add(delivery_id)
         return done
     pairs = sorted(leases)
-    rows = yield Stmt(
-        _ACK_MANY_PG,
-        {"ids": [i for i, _ in pairs], "tokens": [t for _, t in pairs], "now": now},
-        last=True,
-    )
+    ids = [i for i, _ in pairs]
+    yield Stmt(_LOCK_ACKED_MESSAGES_PG, {"ids": ids})
+    rows = yield Stmt(_ACK_MANY_PG, {"ids": ids, "tokens": [t for _, t in pairs], "now": now})
     return {int(r["id"]) for r in rows}
 
 

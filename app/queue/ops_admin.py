@@ -49,10 +49,13 @@ def dead_letter(
     requeues or discards it: a message is never in zero places.
     """
     owner = "AND d.lease_token = :token" if token is not None else ""
+    # PostgreSQL: the message row is locked first, as an ack does (ops.ack_many), so a
+    # concurrent ack of another group's delivery cannot leave the message unsettled.
+    lock = "FOR UPDATE OF m" if d.is_postgres else ""
     rows = yield Stmt(
         f"""SELECT d.id AS delivery_id, d.consumer_group, d.attempts, {_MESSAGE_COLUMNS}
             FROM queue_deliveries d JOIN queue_messages m ON m.seq = d.message_seq
-            WHERE d.id = :id {owner}""",
+            WHERE d.id = :id {owner} {lock}""",
         {"id": delivery_id, "token": token},
     )
     if not rows:
@@ -233,8 +236,10 @@ def resume(group: str, topic: str, partition_key: str) -> Op[bool]:
 
 
 def settle_orphans(*, now: int) -> Op[int]:
-    """Settle messages whose last deliveries were acked at the same moment by
-    different groups (each ack saw the other's delivery still there)."""
+    """Settle any message left with no delivery and no settlement. Acks and
+    dead-letter moves lock the message row first (ops.ack_many), so two groups
+    finishing one message at once settle it; this sweep, run before each garbage
+    collection, is the backstop for a row written by an older version."""
     rows = yield Stmt(
         """UPDATE queue_messages SET settled_at_ms = :now
            WHERE settled_at_ms IS NULL AND parked = 0
@@ -289,3 +294,26 @@ def raw_stats(now: int) -> Op[tuple[Rows, Rows, Rows]]:
     )
     pauses = yield Stmt("SELECT consumer_group, topic, partition_key FROM queue_pauses", {})
     return deliveries, unsettled, pauses
+
+
+def troubles(*, limit: int) -> Op[Rows]:
+    """Unsettled messages that failed at least once, newest first, one row per
+    (message, pending delivery): dead letters (``original_topic`` set, parked or waiting
+    for their reconciler, with ``paused`` when that consumer is paused) and deliveries
+    waiting for or running a retry (``attempts`` > 0 with the last attempt's error)."""
+    rows = yield Stmt(
+        """SELECT m.seq, m.topic, m.partition_key, m.payload, m.parked, m.original_topic,
+             m.failure_count, m.last_error AS failed_error, m.failed_at_ms,
+             d.consumer_group, d.attempts, d.last_error, d.available_at_ms, d.lease_token,
+             CASE WHEN d.id IS NOT NULL AND EXISTS (
+               SELECT 1 FROM queue_pauses p WHERE p.consumer_group = d.consumer_group
+                 AND p.topic = d.topic AND p.partition_key IN ('', d.partition_key))
+               THEN 1 ELSE 0 END AS paused
+           FROM queue_messages m LEFT JOIN queue_deliveries d ON d.message_seq = m.seq
+           WHERE m.settled_at_ms IS NULL
+             AND (m.original_topic IS NOT NULL OR m.parked = 1
+                  OR (d.attempts > 0 AND d.last_error IS NOT NULL AND d.held = 0))
+           ORDER BY m.seq DESC LIMIT :n""",
+        {"n": limit},
+    )
+    return rows

@@ -94,3 +94,34 @@ class TopicStats:
     dlq_size: int = 0
     dlq_parked: int = 0
     parked: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Trouble:
+    """A message that failed at least once and is not settled (``Broker.troubles``).
+
+    ``state``: ``retrying`` (a delivery of ``topic`` waits for, or runs, another attempt)
+    or ``dead_lettered`` (it moved to ``dlq_topic``). ``attempts``: attempts made so far
+    (a running one included); ``max_attempts``: the topic's budget. ``parked``: nobody
+    will consume it until an operator requeues or discards it; ``reconciler_paused``: its
+    dead-letter consumer is paused, so it waits for an operator too.
+    """
+
+    seq: int
+    topic: str
+    partition_key: str
+    payload: Any
+    state: str
+    attempts: int
+    max_attempts: int | None
+    last_error: str
+    next_attempt_ms: int | None = None
+    running: bool = False
+    dlq_topic: str | None = None
+    failed_at_ms: int | None = None
+    parked: bool = False
+    reconciler_paused: bool = False
+
+    @property
+    def needs_operator(self) -> bool:
+        return self.parked or self.reconciler_paused

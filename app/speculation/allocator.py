@@ -100,8 +100,29 @@ def bounded(generator: Generator, floor: float) -> Iterator[Candidate]:
     yield from sorted(below, key=lambda c: (-c.score, c.head_index))
 
 
+def prioritized(generator: Generator, stream: Iterable[Candidate],
+                ranks: Mapping[str, int] | None) -> Iterator[Candidate]:
+    """``stream`` with the most likely path of every head of a higher priority (``ranks``:
+    head id -> ``Priority.rank``, missing = 0) first, highest rank first, then head
+    order; each such path is not yielded again. With no head above rank 0 it is
+    ``stream`` itself, unchanged."""
+    if not ranks or not any(ranks.get(h, 0) > 0 for h in generator.heads()):
+        yield from stream
+        return
+    firsts = sorted(((-ranks.get(h, 0), i, c) for i, (h, c) in
+                     enumerate(zip(generator.heads(), generator.firsts(), strict=True))
+                     if ranks.get(h, 0) > 0), key=lambda x: (x[0], x[1]))
+    keys = {c.key for *_, c in firsts}
+    for *_, c in firsts:
+        yield c
+    for c in stream:
+        if c.key not in keys:
+            yield c
+
+
 def preempting(generator: Generator, entries: Mapping[str, Sequence[PathEntry]],
-               budget: int, *, floor: float = -math.inf) -> list[Proposal]:
+               budget: int, *, floor: float = -math.inf,
+               stream: Iterable[Candidate] | None = None) -> list[Proposal]:
     """Like :func:`sticky`, but also cancels live funded paths that fell below the funded set.
 
     The funded set is the best ``capacity`` non-terminal paths of the stream, where
@@ -122,7 +143,7 @@ def preempting(generator: Generator, entries: Mapping[str, Sequence[PathEntry]],
     capacity = budget - (live_slots(entries) - len(movable))
     funded: list[Candidate] = []
     if capacity > 0:
-        for cand in bounded(generator, floor):
+        for cand in bounded(generator, floor) if stream is None else stream:
             e = keyed.get(cand.key)
             if e is not None and e.status.terminal and not fundable(e):
                 continue  # never rebuilt, so it cannot hold a slot
@@ -158,11 +179,15 @@ def _first(generator: Generator, e: PathEntry) -> bool:
 
 def allocate(kind: AllocatorName, generator: Generator,
              entries: Mapping[str, Sequence[PathEntry]], budget: int, *,
-             floor: float = -math.inf) -> list[Proposal]:
+             floor: float = -math.inf, ranks: Mapping[str, int] | None = None,
+             ) -> list[Proposal]:
     """Run the named allocator (a queue's configuration picks one). Paths scoring below
-    ``floor`` (a log-probability) are not funded, but for each head's most likely one."""
+    ``floor`` (a log-probability) are not funded, but for each head's most likely one.
+    ``ranks`` (head id -> ``Priority.rank``): the most likely path of each head of a
+    higher priority is funded before anything else (:func:`prioritized`)."""
+    stream = prioritized(generator, bounded(generator, floor), ranks)
     if kind == "sticky":
-        return sticky(generator, entries, budget, stream=bounded(generator, floor))
+        return sticky(generator, entries, budget, stream=stream)
     if kind == "preempting":
-        return preempting(generator, entries, budget, floor=floor)
+        return preempting(generator, entries, budget, floor=floor, stream=stream)
     raise ValueError(f"unknown allocator {kind!r}")

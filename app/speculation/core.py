@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from app.domain.entities import Batch, Build, PathEntry, SpeculationPath
+from app.domain.removals import NO_PATH_PASSED as NO_PATH_PASSED  # the one text
 from app.domain.states import Assumption, BatchState, BuildStatus, PathStatus
 
 
@@ -92,7 +93,6 @@ class Verdict:
 
 
 WAIT = Verdict("wait")
-NO_PATH_PASSED = "no speculation path could pass; every candidate build failed"
 
 
 def decide(head: Batch, entries: Sequence[PathEntry], res: Mapping[str, Resolution]) -> Verdict:

@@ -11,6 +11,10 @@ path entries hold build slots. A dependency resolves through :func:`core.resolut
 names equal the head's current dependency list (a bypass appends to that list, which
 invalidates every older path of the overtaken batch).
 
+0. **Overtakes**: a batch of a higher priority that went ahead of conflicting lower
+   ones (``Batch.overtakes``) becomes their dependency (or, if one is already merging,
+   depends on it) before anything is decided (:func:`app.speculation.priority.overtaking`);
+   the overtaken batches' paths no longer match their dependency lists and are rebuilt.
 1. **Finalize** (facts), repeated until a pass decides nothing, heads in queue order:
    cancel live paths that are invalid or broken (a settled dependency contradicts them);
    **merge** when a valid passed path is settled (:func:`core.decide`), cancelling the
@@ -29,8 +33,10 @@ invalidates every older path of the overtaken batch).
    most likely one is weighted by the head's own P(good) (``weigh_alternatives``), and
    paths below ``min_probability`` are not funded, except each head's most likely one.
    The named allocator spends the budget (``sticky`` never cancels a funded path;
-   ``preempting`` may). A path with a verdict is never built again; a cancelled one may
-   be, as its next attempt (:mod:`app.speculation.allocator` says why). With
+   ``preempting`` may), funding the most likely path of every ``high``/``hotfix`` head
+   first (highest priority first; :func:`app.speculation.allocator.prioritized`). A path
+   with a verdict is never built again; a cancelled one may be, as its next attempt
+   (:mod:`app.speculation.allocator` says why). With
    ``coverage.complements``, up to ``complement_slots`` of the slots still free after
    that go to the complementary paths of heads that could then merge on coverage
    (:mod:`app.speculation.complements`).
@@ -55,6 +61,7 @@ from app.speculation.evidence import EvidencePolicy, hedge_weights, refine
 from app.speculation.generator import DEFAULT_PROBABILITY, Generator, sanitize
 from app.speculation.invariants import PlanInvariantError, check
 from app.speculation.plans import Decision, Plan, PlanInput
+from app.speculation.priority import overtaking
 
 __all__ = ["CoveragePolicy", "Decision", "EvidencePolicy", "Plan", "PlanInput",
            "PlanInvariantError", "plan"]
@@ -93,7 +100,9 @@ class _Run:
         self.decisions: list[Decision] = []
         self.cancels: dict[str, None] = {}
         self.preempted: set[str] = set()
-        self.grown: dict[str, tuple[str, ...]] = {}
+        # a higher priority batch's overtakes become dependency edges first
+        self.grown: dict[str, tuple[str, ...]] = overtaking(inp.batches, self.deps)
+        self.deps.update(self.grown)
         self.builds: list[SpeculationPath] = []
         self.rebuilds = 0
 
@@ -217,7 +226,9 @@ class _Run:
                    for h in heads} if inp.weigh_alternatives else None
         gen = Generator(heads, self.res, probs, weights)
         floor = math.log(inp.min_probability) if inp.min_probability > 0 else -math.inf
-        self._apply(allocate(inp.allocator, gen, self.entries, inp.budget, floor=floor))
+        ranks = {h.id: h.priority.rank for h in heads if h.priority.rank}
+        self._apply(allocate(inp.allocator, gen, self.entries, inp.budget, floor=floor,
+                             ranks=ranks))
         policy = inp.coverage
         if policy is not None and policy.complements:
             extra = complements(heads, self.entries, self.res, self.merging, policy,

@@ -11,6 +11,7 @@ does not rescan history.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,9 +25,16 @@ from app.db.repos import views as view_repo
 from app.domain.entities import Batch, Build, ChangeDetails, PathEntry
 from app.domain.states import BatchState, BuildStatus
 from app.extensions.base import QueueExtensions
+from app.queue import Trouble
 from app.speculation import core
 from app.speculation.generator import probabilities
+from app.views import throughput as throughput_mod
 from app.views.forecast import Forecast, QueueSnapshot, Timing, forecast_batches, timing
+from app.views.health import HealthIndex
+from app.views.rows import Slots, resolutions
+from app.views.rows import slots as slots_of
+from app.views.schemas import ThroughputOut
+from app.views.stalls import Stall
 
 ACTIVE = (BatchState.CREATING, BatchState.CREATED, BatchState.SPECULATING,
           BatchState.MERGING, BatchState.CANCELLING)
@@ -42,9 +50,12 @@ class _Registry(Protocol):
 class _Clock(Protocol):
     def clock(self) -> int: ...
 
+    async def troubles(self, *, limit: int = ...) -> list[Trouble]: ...
+
 
 class ReadRuntime(Protocol):
-    """What the read model needs: the database (read only) and the gateway's clock."""
+    """What the read model needs: the database (read only), the gateway's clock and the
+    queue's failing messages."""
 
     @property
     def db(self) -> Database: ...
@@ -72,6 +83,14 @@ class QueueState:
     timing: Timing
     forecasts: dict[str, Forecast] = field(default_factory=dict)
     details: dict[str, list[ChangeDetails]] = field(default_factory=dict)
+    health: HealthIndex | None = None  # set by the pages (``pages.with_health``)
+    stall: Stall | None = None
+    slots: Slots = field(default_factory=lambda: Slots(budget=0, in_use=0))
+
+    @functools.cached_property
+    def resolutions(self) -> dict[str, core.Resolution]:
+        """Every known batch's resolution (computed once per page)."""
+        return resolutions(self.batches)
 
     def build_of(self, e: PathEntry) -> Build | None:
         return self.builds.get((e.id, e.attempt))
@@ -85,11 +104,25 @@ class QueueState:
 
 
 class TimingCache:
-    """Per-queue timing with a short TTL; one per app (``app.state``)."""
+    """Per-queue timing with a short TTL, and the queue's last 24 hours
+    (``throughput.py``) with a longer one; one per app (``app.state``)."""
 
-    def __init__(self, ttl_s: float = TIMING_TTL_S) -> None:
+    def __init__(self, ttl_s: float = TIMING_TTL_S,
+                 throughput_ttl_s: float = throughput_mod.THROUGHPUT_TTL_S) -> None:
         self.ttl_s = ttl_s
+        self.throughput_ttl_s = throughput_ttl_s
         self._items: dict[str, tuple[float, Timing]] = {}
+        self._throughput: dict[str, tuple[float, ThroughputOut]] = {}
+
+    async def throughput(self, rt: ReadRuntime, queue: str) -> ThroughputOut:
+        hit = self._throughput.get(queue)
+        now = time.monotonic()
+        if hit is not None and hit[0] > now:
+            return hit[1]
+        async with rt.db.read() as s:
+            value = await throughput_mod.load(s, queue=queue, now_ms=rt.broker.clock())
+        self._throughput[queue] = (now + self.throughput_ttl_s, value)
+        return value
 
     async def get(self, rt: ReadRuntime, queue: str) -> Timing:
         hit = self._items.get(queue)
@@ -154,15 +187,18 @@ async def load_queue_state(rt: ViewRuntime, queue: str, *, timing_: Timing,
                for e in ps.entries]
         for head, ps in sets.items()
     }
-    scorer = rt.extensions.for_queue(queue).scorer
+    ext = rt.extensions.for_queue(queue)
+    scorer = ext.scorer
     probs = probabilities(sorted(batches),
                           lambda bid: scorer.score(bid, _changes_of(batches[bid], details)))
     state = QueueState(queue=queue, now_ms=now, batches=batches, active=active, entries=entries,
-                       builds=builds, probs=probs, timing=timing_, details=details)
+                       builds=builds, probs=probs, timing=timing_, details=details,
+                       slots=slots_of(ext.build_budget, entries, active))
     started = {e.id: b.created_at_ms for es in entries.values() for e in es
                if (b := builds.get((e.id, e.attempt))) is not None}
     snap = QueueSnapshot(batches=batches, entries=entries, build_started_ms=started,
-                         probs=probs, timing=timing_, now_ms=now)
+                         probs=probs, timing=timing_, now_ms=now,
+                         build_budget=ext.build_budget)
     state.forecasts = forecast_batches(snap, list(batches))
     return state
 

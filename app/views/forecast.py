@@ -37,6 +37,14 @@ builds that lasted at least ``e`` (none did: unknown); a merging batch likewise
 lands at ``merging since +`` the median of the merges at least as long as this one.
 Dependencies are forecast first, in queue order. With no finished build or no merge
 in the recent history the ETA is unknown (``None``).
+
+A batch with nothing funded cannot start its build before a **build slot** frees
+(``build_budget`` slots; every live path holds one, as the planner counts them): the
+unfunded batches take the slots in queue order, the ``i``-th at the ``i mod budget``-th
+earliest slot release plus ``i div budget`` median builds; a slot held by a pending
+path frees after one median build, one held by a build under way when that build is
+expected to end — and when it has run longer than every recent build, the ETA of
+every batch waiting for that slot is unknown rather than a guess that ignores it.
 """
 
 from __future__ import annotations
@@ -45,7 +53,7 @@ import itertools
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from app.domain.entities import Batch, PathEntry
 from app.domain.states import BatchState, PathStatus
@@ -88,10 +96,16 @@ def expected_total(samples: Sequence[int], elapsed_ms: int) -> int | None:
 
 @dataclass(frozen=True, slots=True)
 class Forecast:
+    """``p_land_from``: what ``p_land`` rests on — ``prior`` (the scorer's number for
+    the change: nothing built yet), ``builds`` (a finished build of its batch moved it),
+    ``state`` (its state decides it: landed, failed, cancelling, merging) or ``health``
+    (a dead letter makes it 0)."""
+
     p_land: float | None
     p_speculation_holds: float | None
     eta_at_ms: int | None
     basis: str
+    p_land_from: str = "prior"
 
     def remaining_ms(self, now_ms: int) -> int | None:
         return None if self.eta_at_ms is None else max(0, self.eta_at_ms - now_ms)
@@ -140,6 +154,7 @@ class QueueSnapshot:
     probs: Mapping[str, float]
     timing: Timing
     now_ms: int
+    build_budget: int = 0  # 0: slots not modelled (a build starts at once)
 
 
 class _Forecaster:
@@ -147,6 +162,50 @@ class _Forecaster:
         self.snap = snap
         self.res = {bid: core.resolution(b.state) for bid, b in snap.batches.items()}
         self.memo: dict[str, Forecast] = {}
+        self._slot_starts: dict[str, int | None] | None = None
+
+    def slot_start(self, batch_id: str) -> tuple[bool, int | None]:
+        """(waits for a slot, when its build can start) for a batch with nothing funded."""
+        if self._slot_starts is None:
+            self._slot_starts = self._plan_slots()
+        if batch_id not in self._slot_starts:
+            return False, self.snap.now_ms
+        return True, self._slot_starts[batch_id]
+
+    def _plan_slots(self) -> dict[str, int | None]:
+        snap, t = self.snap, self.snap.timing
+        budget, now = snap.build_budget, snap.now_ms
+        if budget <= 0 or t.build_ms is None:
+            return {}
+        releases: list[int | None] = []
+        unfunded: list[Batch] = []
+        for bid, es in snap.entries.items():
+            b = snap.batches.get(bid)
+            live = [e for e in es if e.status.live]
+            for e in live:
+                if e.status is PathStatus.BUILDING and e.id in snap.build_started_ms:
+                    start = snap.build_started_ms[e.id]
+                    total = expected_total(t.builds, now - start)
+                    releases.append(None if total is None else max(now, start + total))
+                else:
+                    releases.append(now + t.build_ms)
+            if (b is not None and b.state is BatchState.SPECULATING and not any(
+                    e.status in (PathStatus.PENDING, PathStatus.BUILDING, PathStatus.PASSED)
+                    and not core.broken(e.path, self.res) for e in es)):
+                unfunded.append(b)
+        for bid, b in snap.batches.items():
+            if b.state is BatchState.SPECULATING and bid not in snap.entries:
+                unfunded.append(b)
+        if len(releases) < budget:
+            return {}  # a slot is free: a build can start now (the planner funds it)
+        known = sorted(r for r in releases if r is not None)
+        slots: list[int | None] = [*known, *[None] * (len(releases) - len(known))][:budget]
+        unfunded.sort(key=lambda b: (b.created_at_ms, b.id))
+        out: dict[str, int | None] = {}
+        for i, b in enumerate(unfunded):
+            free = slots[i % budget]
+            out[b.id] = None if free is None else free + (i // budget) * t.build_ms
+        return out
 
     def of(self, batch_id: str, depth: int = 0) -> Forecast:
         if batch_id in self.memo:
@@ -160,11 +219,11 @@ class _Forecaster:
 
     def _forecast(self, b: Batch, depth: int) -> Forecast:
         if b.state is BatchState.SUCCEEDED:
-            return Forecast(1.0, None, None, "landed")
+            return Forecast(1.0, None, None, "landed", "state")
         if b.state in (BatchState.FAILED, BatchState.CANCELLED):
-            return Forecast(0.0, None, None, f"batch {b.state.value}")
+            return Forecast(0.0, None, None, f"batch {b.state.value}", "state")
         if b.state is BatchState.CANCELLING:
-            return Forecast(0.0, None, None, "a cancel is under way")
+            return Forecast(0.0, None, None, "a cancel is under way", "state")
         entries = list(self.snap.entries.get(b.id, ()))
         p_land = self._p_land(b, entries)
         t = self.snap.timing
@@ -174,8 +233,17 @@ class _Forecaster:
             total = expected_total(t.merges, now - b.updated_at_ms)
             if total is None:
                 return Forecast(p_land, 1.0, None, f"{basis}; ETA unknown: it has taken "
-                                "longer than every recent merge")
-            return Forecast(p_land, 1.0, max(now, b.updated_at_ms + total), basis)
+                                "longer than every recent merge", "state")
+            return Forecast(p_land, 1.0, max(now, b.updated_at_ms + total), basis, "state")
+        return replace(self._live(b, entries, p_land, depth),
+                       p_land_from="builds" if any(
+                           e.status in (PathStatus.PASSED, PathStatus.FAILED)
+                           for e in entries) else "prior")
+
+    def _live(self, b: Batch, entries: Sequence[PathEntry], p_land: float,
+              depth: int) -> Forecast:
+        t = self.snap.timing
+        now = self.snap.now_ms
         p_hold, hold_basis = self._p_hold(b, entries)
         if t.build_ms is None or t.merge_ms is None:
             return Forecast(p_land, p_hold, None,
@@ -185,6 +253,14 @@ class _Forecaster:
         if own is None:
             return Forecast(p_land, p_hold, None, f"{hold_basis}; ETA unknown: its build has "
                             "run longer than every recent build")
+        waits, slot_at = self.slot_start(b.id)
+        if waits:
+            if slot_at is None:
+                return Forecast(p_land, p_hold, None, f"{hold_basis}; ETA unknown: it waits "
+                                "for a build slot held by a build that has run longer than "
+                                "every recent build")
+            own = max(own, slot_at + t.build_ms)
+            hold_basis = f"{hold_basis}; waiting for a build slot"
         deps_done = now
         for dep in b.dependencies:
             if self.res.get(dep, Resolution.UNRESOLVED) is not Resolution.UNRESOLVED:

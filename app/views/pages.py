@@ -1,13 +1,13 @@
 """What the status pages read (served by ``app/api/views.py``): a queue's overview, one
 request's view, and search. Read-only and bounded: at most :data:`IN_FLIGHT_LIMIT` in-flight
 requests, :data:`RECENT_LIMIT` recent ones, :data:`HISTORY_LIMIT` history rows and
-:data:`SEARCH_LIMIT` search hits per call.
+``search.SEARCH_LIMIT`` search hits per call (``search.py``).
 
 | Route (``/api/v1``) | What |
 |---|---|
 | ``GET /queues/{queue}/overview`` | counts; in-flight requests by stage, each with P(land) and ETA; every live batch with its dependencies and paths (assumptions, status, build and log link); recent terminal requests with durations; the queue's timing |
 | ``GET /queues/{queue}/requests/{n}/view`` | the stage trail, the batch and what it waits on, P(land)/ETA, the typed removal reason with evidence, whether it can be cancelled |
-| ``GET /search?q=&queue=`` | ``q`` = a sqid (``demo/12``; a bare number with ``queue``) or an exact change URI (every queue) |
+| ``GET /search?q=&queue=`` | ``q`` = a sqid (``demo/12``; a bare number with ``queue``), a batch id (``demo/batch/3``: its requests) or an exact change URI (every queue) |
 
 What the numbers mean: ``forecast.py``. The trail and the reasons: ``trail.py``. An
 unknown request -> ``NotFound``; an empty, oversized or unrecognisable search ->
@@ -17,26 +17,31 @@ unknown request -> ``NotFound``; an empty, oversized or unrecognisable search ->
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from app.db.repos import batches as batch_repo
+from app.db.repos import build_runs as build_run_repo
 from app.db.repos import circuits as circuit_repo
 from app.db.repos import epochs as epoch_repo
 from app.db.repos import request_log as log_repo
 from app.db.repos import views as view_repo
 from app.domain.entities import Batch, RequestSummary
-from app.domain.errors import ValidationError
+from app.domain.freeze import FreezeWindowConfig
 from app.domain.ids import request_id, request_number
 from app.domain.outages import waiting_text
 from app.domain.queue_config import QueueConfig
-from app.domain.states import BatchState, PublicStatus
+from app.domain.states import Assumption, BatchState, PublicStatus
 from app.speculation import core
 from app.speculation.generator import Generator
+from app.views import explain, logtail
+from app.views import health as health_mod
+from app.views import rows as rows_mod
 from app.views import trail as trail_mod
 from app.views.data import QueueState, TimingCache, ViewRuntime, load_queue_state, request_prior
 from app.views.forecast import Forecast, forecast_unbatched
+from app.views.freeze import FreezeView, freeze_view
+from app.views.health import Health
 from app.views.schemas import (
     AssumptionOut,
     BatchOut,
@@ -44,35 +49,40 @@ from app.views.schemas import (
     DependencyOut,
     EvidenceOut,
     ForecastOut,
+    HealthOut,
+    LogExcerptOut,
+    LogLineOut,
     OutageOut,
     OverviewOut,
     PathOut,
     RemovalOut,
     RequestRowOut,
     RequestViewOut,
-    SearchHitOut,
-    SearchOut,
+    SlotsOut,
     StageGroupOut,
     StageOut,
+    StallOut,
     TimingOut,
     TrailEntryOut,
     TrailEventOut,
     TrunkMoveOut,
 )
+from app.views.search import search as search  # the search route's entry point
 from app.views.stages import STAGES, TERMINAL, landed_commits, stage_of
+from app.views.stalls import Stall, StallDetector
 
 IN_FLIGHT_LIMIT = 200
 RECENT_LIMIT = 20
 HISTORY_LIMIT = 5000
-SEARCH_LIMIT = 20
-MAX_QUERY = 1024
+LOGS_TRIED = 5  # failed builds whose stored log a request view looks for
+TARGET = "the target branch"
 
-_SQID = re.compile(r"^(?P<queue>[A-Za-z0-9][A-Za-z0-9._-]{0,99})/(?P<n>[1-9][0-9]{0,17})$")
 def forecast_out(f: Forecast | None, now_ms: int) -> ForecastOut | None:
     if f is None:
         return None
     return ForecastOut(p_land=f.p_land, p_speculation_holds=f.p_speculation_holds,
-                       eta_ms=f.remaining_ms(now_ms), eta_at_ms=f.eta_at_ms, basis=f.basis)
+                       eta_ms=f.remaining_ms(now_ms), eta_at_ms=f.eta_at_ms, basis=f.basis,
+                       p_land_from=f.p_land_from)
 
 
 def _request_forecast(rt: ViewRuntime, state: QueueState, s: RequestSummary,
@@ -82,24 +92,78 @@ def _request_forecast(rt: ViewRuntime, state: QueueState, s: RequestSummary,
     batch = state.batches.get(batch_id) if batch_id else None
     if s.status == PublicStatus.CANCELLING.value and (
             batch is None or batch.state is not BatchState.MERGING):
-        return Forecast(0.0, None, None, "a cancel was requested")
+        return Forecast(0.0, None, None, "a cancel was requested", "state")
     if batch is not None and batch_id in state.forecasts:
         return state.forecasts[batch_id]
     prior = request_prior(rt, state.queue, s.request_id, state.details)
     return forecast_unbatched(prior, state.timing, state.now_ms)
 
 
+def request_health(state: QueueState, s: RequestSummary, batch_id: str | None) -> Health:
+    """What ``health.py`` says of the request (``ok`` before ``with_health`` ran)."""
+    if state.health is None:
+        return health_mod.OK
+    st = state.stall
+    stall = None
+    if st is not None and st.stalled and st.request_id == s.request_id \
+            and st.last_moved_at_ms is not None:
+        stall = health_mod.stalled(st.last_moved_at_ms, st.checked_at_ms, st.threshold_ms)
+    return state.health.of_request(s.request_id, batch_id, terminal=s.status in TERMINAL,
+                                   stall=stall)
+
+
+def health_out(h: Health) -> HealthOut:
+    return HealthOut(state=h.state, topic=h.topic, subject=h.subject, attempts=h.attempts,
+                     max_attempts=h.max_attempts, last_error=h.last_error,
+                     next_attempt_at_ms=h.next_attempt_ms, attempt_running=h.running,
+                     since_ms=h.since_ms, needs_operator=h.needs_operator,
+                     operator_reason=h.operator_reason, admin_url=h.admin_url, text=h.text)
+
+
+async def with_health(rt: ViewRuntime, state: QueueState, stall: Stall | None) -> QueueState:
+    """Read the queue's failing messages (one statement for the whole page) into ``state``."""
+    troubles = await rt.broker.troubles()
+    builds = {b.id: b.batch_id for b in state.builds.values()}
+    state.health = health_mod.HealthIndex(state.queue, troubles, batches=state.batches,
+                                          build_batches=builds)
+    state.stall = stall
+    return state
+
+
+def stall_out(st: Stall | None) -> StallOut | None:
+    """The verdict as of the detector's last check (``unmoved_ms`` at that moment)."""
+    if st is None:
+        return None
+    return StallOut(stalled=st.stalled, request=st.request_id,
+                    last_moved_at_ms=st.last_moved_at_ms,
+                    unmoved_ms=st.unmoved_ms(st.checked_at_ms), threshold_ms=st.threshold_ms,
+                    checked_at_ms=st.checked_at_ms, text=st.text(st.checked_at_ms))
+
+
 def row(rt: ViewRuntime, state: QueueState, s: RequestSummary,
-        batch_id: str | None) -> RequestRowOut:
+        batch_id: str | None, *, position: int | None = None) -> RequestRowOut:
     terminal = s.status in TERMINAL
+    health = request_health(state, s, batch_id)
+    batch = state.batches.get(batch_id) if batch_id else None
+    forecast = health_mod.honest(_request_forecast(rt, state, s, batch_id), health,
+                                 batch=batch, now_ms=state.now_ms)
+    stage = stage_of(s.status)
+    duration = max(0, s.status_timestamp_ms - s.received_at_ms) if terminal else None
+    w = rows_mod.who(s.change_uris, state.details.get(s.request_id, ()))
+    act = rows_mod.Activity(s.status, s.status) if terminal else rows_mod.activity(
+        stage, batch, state.entries.get(batch_id or "", ()), state.resolutions, state.slots)
     return RequestRowOut(
         sqid=s.request_id, n=request_number(s.request_id), queue=s.queue, status=s.status,
-        stage=stage_of(s.status), change_uris=list(s.change_uris),
+        stage=stage, change_uris=list(s.change_uris),
         received_at_ms=s.received_at_ms, status_at_ms=s.status_timestamp_ms,
-        duration_ms=max(0, s.status_timestamp_ms - s.received_at_ms) if terminal else None,
-        last_error=s.last_error, batch_id=batch_id,
-        forecast=forecast_out(_request_forecast(rt, state, s, batch_id), state.now_ms),
+        duration_ms=duration, last_error=s.last_error, batch_id=batch_id,
+        forecast=forecast_out(forecast, state.now_ms),
         landed_commits=landed_commits(s), submitted_by=s.submitted_by,
+        priority=s.priority.value, health=health_out(health), title=w.title,
+        branch=w.branch, author=w.author,
+        author_email=w.author_email, position=None if terminal else position,
+        elapsed_ms=duration if duration is not None else max(0, state.now_ms - s.received_at_ms),
+        activity=act.code, activity_text=act.text,
     )
 
 
@@ -129,13 +193,17 @@ def batch_out(state: QueueState, b: Batch) -> BatchOut:
                 log_url=trail_mod.safe_url(build.log_url), started_at_ms=build.created_at_ms,
                 finished_at_ms=build.updated_at_ms if build.status.terminal else None),
         ))
+    health = state.health.of_batch(b.id) if state.health else health_mod.OK
+    forecast = health_mod.honest(state.forecasts.get(b.id), health, batch=b,
+                                 now_ms=state.now_ms)
     return BatchOut(
         id=b.id, state=b.state.value, requests=list(b.contains),
         dependencies=[dependency_out(state, d) for d in b.dependencies], paths=paths,
         failure_reason=b.failure_reason,
-        forecast=forecast_out(state.forecasts.get(b.id), state.now_ms)
+        forecast=forecast_out(forecast, state.now_ms)
         or ForecastOut(p_land=None, p_speculation_holds=None, eta_ms=None, eta_at_ms=None,
                        basis="no forecast"),
+        health=health_out(health),
     )
 
 
@@ -145,7 +213,8 @@ def timing_out(state: QueueState) -> TimingOut:
                      merge_samples=t.merge_samples)
 
 
-async def overview(rt: ViewRuntime, config: QueueConfig, timings: TimingCache) -> OverviewOut:
+async def overview(rt: ViewRuntime, config: QueueConfig, timings: TimingCache,
+                   stalls: StallDetector | None = None) -> OverviewOut:
     """Everything the queue page shows, in one read."""
     queue = config.name
     async with rt.db.read() as s:
@@ -157,12 +226,21 @@ async def overview(rt: ViewRuntime, config: QueueConfig, timings: TimingCache) -
     truncated = len(live) > IN_FLIGHT_LIMIT
     live = live[:IN_FLIGHT_LIMIT]
     state = await load_queue_state(rt, queue, timing_=await timings.get(rt, queue),
-                                   requests=[x.request_id for x in live])
+                                   requests=[x.request_id for x in (*live, *recent)])
+    stall = stalls.get(queue) if stalls else None
+    await with_health(rt, state, stall)
     of_request = state.batch_of_request()
+    freeze = await freeze_view(rt.db, queue, state.now_ms, config.freeze_windows)
     groups: dict[str, list[RequestRowOut]] = {stage: [] for stage in STAGES}
-    for x in live:
-        r = row(rt, state, x, of_request.get(x.request_id) or _batch_md(x))
+    for i, x in enumerate(live, start=1):
+        r = _frozen(row(rt, state, x, of_request.get(x.request_id) or _batch_md(x),
+                        position=i), freeze)
         groups.setdefault(r.stage, []).append(r)
+    in_flight = [r for g in groups.values() for r in g]
+    slots = SlotsOut(budget=state.slots.budget, in_use=state.slots.in_use,
+                     building=sum(r.activity == "building" for r in in_flight),
+                     waiting_for_slot=sum(r.activity == "waiting_for_slot" for r in in_flight),
+                     text=state.slots.text)
     return OverviewOut(
         queue=queue, description=config.description, build_budget=config.build_budget,
         now_ms=state.now_ms, counts={k: v for k, v in counts.items() if k != "accepting"},
@@ -172,7 +250,22 @@ async def overview(rt: ViewRuntime, config: QueueConfig, timings: TimingCache) -
         timing=timing_out(state), truncated=truncated or len(state.active) > IN_FLIGHT_LIMIT,
         outages=outages,
         trunk_move=_move_out(move, config.git.target_branch if config.git else "the target"),
+        stall=stall_out(stall),
+        queue_health=health_out(state.health.queue_wide or health_mod.OK
+                                if state.health else health_mod.OK),
+        slots=slots, throughput=await timings.throughput(rt, queue),
+        freeze=freeze,
     )
+
+
+def _frozen(r: RequestRowOut, freeze: FreezeView) -> RequestRowOut:
+    """``r`` with the ``frozen`` activity when its queue's freeze holds it back (not a
+    hotfix under ``allow_hotfix``: it lands through the freeze)."""
+    if freeze.allow_hotfix and r.priority == "hotfix":
+        return r
+    act = rows_mod.frozen(rows_mod.Activity(r.activity, r.activity_text), freeze.text)
+    return r if act.code == r.activity else r.model_copy(
+        update={"activity": act.code, "activity_text": act.text})
 
 
 def _move_out(move: epoch_repo.Epoch | None, branch: str) -> TrunkMoveOut | None:
@@ -201,8 +294,9 @@ def _batch_md(s: RequestSummary) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-async def request_view(rt: ViewRuntime, queue: str, n: int,
-                       timings: TimingCache) -> RequestViewOut:
+async def request_view(rt: ViewRuntime, queue: str, n: int, timings: TimingCache,
+                       stalls: StallDetector | None = None, *,
+                       windows: tuple[FreezeWindowConfig, ...] = ()) -> RequestViewOut:
     """Everything the request page shows, in one read."""
     sqid = request_id(queue, n)
     async with rt.db.read() as s:
@@ -215,6 +309,7 @@ async def request_view(rt: ViewRuntime, queue: str, n: int,
     batch_id = own[-1].id if own else None
     state = await load_queue_state(rt, queue, timing_=await timings.get(rt, queue),
                                    extra=[batch_id] if batch_id else [], requests=[sqid])
+    await with_health(rt, state, stalls.get(queue) if stalls else None)
     batch = state.batches.get(batch_id) if batch_id else None
     waits_on = [dependency_out(state, d) for d in (batch.dependencies if batch else ())
                 if d not in state.batches or not state.batches[d].state.terminal]
@@ -222,13 +317,16 @@ async def request_view(rt: ViewRuntime, queue: str, n: int,
     builds = [trail_mod.BuildFact(build_id=b.id, path_id=e.id, status=b.status.value,
                                   log_url=b.log_url)
               for e in entries if (b := state.build_of(e)) is not None]
+    assumptions = {e.id: e.path.dependencies for e in entries}
     removal = trail_mod.removal(status=summary.status, last_error=summary.last_error,
-                                history=history, batch_id=batch_id,
-                                assumptions={e.id: e.path.dependencies for e in entries},
+                                history=history, batch_id=batch_id, assumptions=assumptions,
                                 queue=queue, builds=builds)
+    removal_out = None if removal is None else await _removal_out(
+        rt, removal, explain.failed_builds(history, builds), assumptions, state, sqid)
     stages = trail_mod.trail(history, now_ms=state.now_ms, terminal=TERMINAL)
+    freeze = await freeze_view(rt.db, queue, state.now_ms, windows)
     return RequestViewOut(
-        request=row(rt, state, summary, batch_id),
+        request=_frozen(row(rt, state, summary, batch_id), freeze),
         trail=[StageOut(
             status=st.status, label=st.label, at_ms=st.at_ms, duration_ms=st.duration_ms,
             events=[TrailEventOut(event=k, count=v) for k, v in st.events],
@@ -238,47 +336,45 @@ async def request_view(rt: ViewRuntime, queue: str, n: int,
             last_error=st.last_error, metadata=dict(st.metadata)) for st in stages],
         batch=batch_out(state, batch) if batch else None,
         waits_on=waits_on,
-        removal=None if removal is None else RemovalOut(
-            kind=removal.kind, text=removal.text, stage=removal.stage,
-            evidence=[EvidenceOut(label=e.label, url=e.url) for e in removal.evidence]),
+        removal=removal_out,
         cancellable=summary.status not in TERMINAL
         and summary.status != PublicStatus.CANCELLING.value,
         timing=timing_out(state), now_ms=state.now_ms, outages=outages,
+        freeze=freeze,
     )
 
 
-async def search(rt: ViewRuntime, queues: Sequence[str], q: str,
-                 queue: str | None) -> SearchOut:
-    """Find requests by sqid or by an exact change URI, in the configured ``queues``."""
-    text = q.strip()
-    if not text:
-        raise ValidationError("q is empty; search for a sqid like demo/12 or a change URI")
-    if len(text) > MAX_QUERY:
-        raise ValidationError(f"q is longer than {MAX_QUERY} characters; a change URI is at "
-                              f"most {MAX_QUERY} bytes")
-    if text.isdigit() and queue:
-        text = f"{queue}/{text}"
-    m = _SQID.match(text)
-    if m:
-        if m["queue"] not in queues:
-            return SearchOut(query=text, kind="sqid", items=[])
-        async with rt.db.read() as s:
-            found = await view_repo.summaries(s, queue=m["queue"], request_ids=[text])
-        return SearchOut(query=text, kind="sqid", items=[_hit(x) for x in found.values()])
-    if "://" not in text:
-        raise ValidationError(f"q {text[:80]!r} is neither a sqid (like demo/12) nor a change "
-                              "URI (like git://host/repo/refs%2Fheads%2Fbranch/<sha>)")
+async def _removal_out(rt: ViewRuntime, removal: trail_mod.Removal,
+                       failed: list[explain.FailedBuild],
+                       assumptions: Mapping[str, Sequence[tuple[str, Assumption]]],
+                       state: QueueState, sqid: str) -> RemovalOut:
+    """The removal in a person's words (``explain.py``), its next steps and, for a build
+    failure, the failing lines of the first failed build whose log we keep."""
+    alone: bool | None = None
+    log: LogExcerptOut | None = None
+    if removal.kind == "build_failed":
+        removal = explain.build_failed(removal, failed, assumptions, state.batches, sqid,
+                                       TARGET)
+        known = [assumptions[f.path_id] for f in failed if f.path_id in assumptions]
+        alone = any(not deps for deps in known) if known else None
+        log = await _log_excerpt(rt, failed)
+    return RemovalOut(
+        kind=removal.kind, reason=removal.reason, text=removal.text, stage=removal.stage,
+        evidence=[EvidenceOut(label=e.label, url=e.url) for e in removal.evidence],
+        next_steps=explain.next_steps(removal, alone_failed=alone, has_log=log is not None),
+        log=log)
+
+
+async def _log_excerpt(rt: ViewRuntime, failed: Sequence[explain.FailedBuild]
+                       ) -> LogExcerptOut | None:
     async with rt.db.read() as s:
-        keys = await view_repo.requests_of_change_uri(s, queues=list(queues),
-                                                      change_uri=text, limit=SEARCH_LIMIT)
-        items: list[SearchHitOut] = []
-        for qn, rid in keys:
-            found = await view_repo.summaries(s, queue=qn, request_ids=[rid])
-            items.extend(_hit(x) for x in found.values())
-    return SearchOut(query=text, kind="change_uri", items=items)
-
-
-def _hit(s: RequestSummary) -> SearchHitOut:
-    return SearchHitOut(sqid=s.request_id, queue=s.queue, status=s.status,
-                        received_at_ms=s.received_at_ms, change_uris=list(s.change_uris),
-                        page=f"/queues/{s.queue}/requests/{request_number(s.request_id)}")
+        for f in failed[:LOGS_TRIED]:
+            text = await build_run_repo.get_log(s, build_id=f.build_id)
+            ex = logtail.excerpt(text) if text else None
+            if ex is not None:
+                return LogExcerptOut(
+                    build_id=f.build_id, url=f.url, first_failure=ex.first_failure,
+                    total_lines=ex.total_lines,
+                    lines=[LogLineOut(n=x.n, text=x.text, failing=x.failing)
+                           for x in ex.lines])
+    return None

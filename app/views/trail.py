@@ -19,6 +19,10 @@ terminal stage has no duration).
 | ``rejected`` | ``error`` before batching (e.g. the change is stale or unreadable) | - |
 | ``error`` | any other ``error`` | - |
 
+Each removal also carries ``reason``, its word in the one typed vocabulary
+(``app/domain/removals.py``: ``stale`` for a rejected stale change, ``superseded`` for a
+duplicate, ``dependency_failed`` for ``dependency_unavailable``; None for ``error``).
+
 URLs from runners are kept only when they are ``http(s)://`` or site-relative, so a
 link can never run script.
 """  # noqa: E501, RUF002 - tables read best unwrapped; the trail uses the multiplication sign
@@ -27,17 +31,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from app.domain.entities import RequestLog
 from app.domain.outages import UNAVAILABLE_PREFIX
+from app.domain.removals import DEAD_LETTER as _DLQ
+from app.domain.removals import DUPLICATE as _DUPLICATE
+from app.domain.removals import NO_PATH_PASSED, classify
 from app.domain.states import Assumption, LogType
-from app.speculation.core import NO_PATH_PASSED
 
-_DLQ = re.compile(r"^dead-lettered from (?P<topic>[\w.-]+) after (?P<n>\d+) attempts?: "
-                  r"(?P<error>.*)$", re.S)
-_DUPLICATE = re.compile(r"^duplicate of in-flight request (?P<sqid>\S+?):")
 _PATHS = re.compile(r"\(conflicting paths: (?P<paths>[^)]*)\)")
 
 
@@ -137,6 +140,7 @@ class Removal:
     text: str
     evidence: tuple[Evidence, ...] = ()
     stage: str = ""
+    reason: str | None = None  # the typed reason (``app/domain/removals.py``)
 
 
 def describe_assumptions(deps: Sequence[tuple[str, Assumption]]) -> str:
@@ -161,7 +165,21 @@ def removal(
     """Why a terminal ``error``/``cancelled`` request left the queue (None otherwise).
     ``assumptions`` maps path ids of its batch to their assumptions; ``builds`` are the
     builds of those paths (failed ones are the evidence of a build failure, with the
-    failed ``building`` events of the history as a fallback)."""
+    failed ``building`` events of the history as a fallback). ``reason`` is the word of
+    the one vocabulary (``app/domain/removals.py``) the notifications use too."""
+    found = _removal(status=status, last_error=last_error, history=history,
+                     batch_id=batch_id, assumptions=assumptions, queue=queue, builds=builds)
+    if found is None:
+        return None
+    typed = classify(status, last_error)
+    return replace(found, reason=typed.value if typed else None)
+
+
+def _removal(
+    *, status: str, last_error: str, history: Sequence[RequestLog], batch_id: str | None,
+    assumptions: Mapping[str, Sequence[tuple[str, Assumption]]], queue: str,
+    builds: Sequence[BuildFact],
+) -> Removal | None:
     if status == "cancelled":
         return _cancelled(history, batch_id)
     if status != "error":

@@ -1,7 +1,8 @@
 // "/admin": sign in with the admin token (kept in sessionStorage only), then topics
 // (pause / resume each consumer group), dead letters with reconcile / requeue /
 // discard, one by one or all of a topic (a reason is required to requeue or discard),
-// and the audit log; refreshed every 5 s unless an action is being typed.
+// and the audit log; each queue's freeze with freeze / unfreeze (docs/freeze.md);
+// refreshed every 5 s unless an action is being typed.
 import { ApiError, api, duration, fill, h, showError, sqidLink, timeElement } from "./lib.js";
 import { initSearch } from "./search.js";
 
@@ -35,9 +36,35 @@ async function call(path, options = {}) {
   }
 }
 
+const BATCH = /^([A-Za-z0-9][A-Za-z0-9._-]*)\/batch\/[0-9]+$/;
+const batchRequests = new Map();  // batch id -> promise of its member requests (search API)
+
+/** A batch's requests as links, filled in once the search API answered. */
+function requestsOf(id) {
+  const out = h("span", { class: "entity-requests", dataset: { batch: id } });
+  if (!batchRequests.has(id)) {
+    batchRequests.set(id, api(`/api/v1/search?${new URLSearchParams({ q: id })}`)
+      .then((found) => found.items)
+      .catch(() => { batchRequests.delete(id); return null; }));
+  }
+  batchRequests.get(id).then((items) => {
+    if (items === null) {
+      const [, queue] = BATCH.exec(id);
+      fill(out, " (", h("a", { href: `/queues/${encodeURIComponent(queue)}?${
+        new URLSearchParams({ q: id })}` }, "its requests in flight"), ")");
+    } else if (items.length) {
+      fill(out, ` (request${items.length > 1 ? "s" : ""} `, items.map((hit, i) => [i ? ", " : "",
+        h("a", { href: hit.page }, hit.sqid)]), ")");
+    }
+  });
+  return out;
+}
+
+/** The request or batch a dead letter names, linked to its request page(s). */
 function entityCell(id) {
   if (!id) return h("span", { class: "muted" }, "–");
-  return /^[A-Za-z0-9][A-Za-z0-9._-]*\/[0-9]+$/.test(id) ? sqidLink(id) : h("code", {}, id);
+  if (/^[A-Za-z0-9][A-Za-z0-9._-]*\/[0-9]+$/.test(id)) return sqidLink(id);
+  return BATCH.test(id) ? h("span", {}, h("code", {}, id), requestsOf(id)) : h("code", {}, id);
 }
 
 let formSeq = 0;
@@ -140,6 +167,59 @@ function consumerButton(topic, group) {
     } } }, group.paused ? "Resume" : "Pause");
 }
 
+/** The admin token's call to a queue's freeze route (outside /api/v1/admin). */
+async function freezeCall(queue, action, body) {
+  try {
+    return await api(`/api/v1/queues/${encodeURIComponent(queue)}/${action}`,
+      { method: body ? "POST" : "GET", body, token: token() });
+  } catch (err) {
+    if (err instanceof ApiError && (err.status === 401 || err.status === 403)) {
+      signedOut(err.message);
+    }
+    throw err;
+  }
+}
+
+function freezeForm(queue, freeze) {
+  const id = (x) => `freeze-${queue}-${x}`;
+  const reason = h("input", { id: id("reason"), name: "reason", required: true,
+    placeholder: "release cut, incident, ..." });
+  const builds = h("input", { id: id("builds"), type: "checkbox", checked: true });
+  const act = async (action, body) => {
+    try {
+      const out = await freezeCall(queue, action, body);
+      fill($("action-result"), `${queue}: ${out.freeze.frozen ? out.freeze.text : "not frozen"}` +
+        (out.changed ? "." : " (nothing to change)."));
+      await load();
+    } catch (err) {
+      showError($("action-result"), err);
+    }
+  };
+  return h("form", { class: "freeze-form", dataset: { queue },
+    on: { submit: (event) => {
+      event.preventDefault();
+      act("freeze", { reason: reason.value, allow_builds: builds.checked });
+    } } },
+  h("label", { for: id("reason") }, `Reason to freeze ${queue}`), reason,
+  h("label", { for: id("builds") }, builds, " keep building"),
+  h("button", { type: "submit" }, freeze.frozen ? "Freeze again" : "Freeze"),
+  freeze.frozen && freeze.source === "manual" ? h("button", { type: "button",
+    class: "unfreeze", on: { click: () => act("unfreeze", { reason: "from the admin page" }) } },
+  "Unfreeze") : null);
+}
+
+async function renderFreezes() {
+  const { items } = await api("/api/v1/queues", { token: token() });
+  const rows = [];
+  for (const q of items) {
+    const { freeze } = await freezeCall(q.name, "freeze");
+    rows.push(h("li", { class: "card", dataset: { queue: q.name } },
+      h("p", {}, h("strong", {}, q.name), ": ", freeze.frozen ? freeze.text : "lands as usual"),
+      freezeForm(q.name, freeze)));
+  }
+  fill($("freezes"), h("ul", { class: "freeze-list" }, rows));
+}
+
 async function renderDlq() {
   const { topics } = await call("/dlq");
   const busy = topics.filter((t) => t.size > 0);
@@ -206,7 +286,7 @@ async function renderAudit() {
 
 async function load() {
   try {
-    await Promise.all([renderDlq(), renderTopics(), renderAudit()]);
+    await Promise.all([renderFreezes(), renderDlq(), renderTopics(), renderAudit()]);
     fill($("whoami"), `Signed in for this tab · updated ${new Date().toLocaleTimeString()}`);
     fill($("error"));
     document.body.dataset.loaded = String(Date.now());
@@ -234,7 +314,9 @@ function autoRefresh() {
   setInterval(() => {
     if ($("console").hidden || document.hidden) return;
     const busy = $("dlq").contains(document.activeElement) ||
-      Array.from(document.querySelectorAll(".dlq-action input")).some((i) => i.value);
+      $("freezes").contains(document.activeElement) ||
+      Array.from(document.querySelectorAll(".dlq-action input, .freeze-form input[name=reason]"))
+        .some((i) => i.value);
     if (!busy) load();
   }, 5000);
 }

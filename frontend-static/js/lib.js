@@ -156,6 +156,14 @@ export function statusBadge(status) {
   return h("span", { class: `badge badge-${cssToken(status)}` }, status);
 }
 
+// A request's priority as a badge; nothing for "normal" (or a server without priorities).
+export function priorityBadge(priority) {
+  if (!priority || priority === "normal") return null;
+  return h("span", { class: `badge badge-priority badge-priority-${cssToken(priority)}`,
+    title: `priority ${priority}: goes ahead of conflicting requests of a lower priority` },
+  priority);
+}
+
 export function cssToken(text) {
   return String(text).toLowerCase().replace(/[^a-z0-9-]/g, "-");
 }
@@ -369,3 +377,32 @@ export function showError(el, err) {
   fill(el, h("p", { class: "error", role: "alert" }, err.message || String(err),
     refused ? " (use Sign in at the top of the page)" : null));
 }
+
+/**
+ * A page whose queue or request does not exist (the API answered 404): say so in the
+ * title and the error region, hide every section and the live indicator (nothing will
+ * arrive), and mark the page loaded. ``els`` needs ``title``, ``error`` and ``live``.
+ */
+export function notFound(els, err, title) {
+  fill(els.title, title);
+  document.title = `${title} · SubmitQueue`;
+  for (const section of document.querySelectorAll("main section")) section.hidden = true;
+  if (els.live) {
+    els.live.textContent = "not found";
+    els.live.dataset.state = "not-found";
+  }
+  fill(els.error, h("p", { class: "error", role: "alert" }, err.message,
+    " ", h("a", { href: "/" }, "See the configured queues.")));
+  document.body.dataset.notFound = "true";
+  document.body.dataset.loaded = String(Date.now());
+}
+
+/** Undo ``notFound`` once the thing exists after all (a request seen before its log). */
+export function found() {
+  if (document.body.dataset.notFound !== "true") return;
+  delete document.body.dataset.notFound;
+  for (const section of document.querySelectorAll("main section")) section.hidden = false;
+}
+
+/** Whether a 404 says the queue itself is not configured (nothing will ever appear). */
+export const unknownQueue = (err) => err.status === 404 && /is not configured/.test(err.message);

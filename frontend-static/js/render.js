@@ -51,3 +51,60 @@ export function outageBanner(outages) {
   return h("div", { class: "outage", role: "status" }, outages.map((o) =>
     h("p", { dataset: { dependency: o.dependency } }, o.text)));
 }
+
+// The queue's freeze (docs/freeze.md): "frozen: <reason> (manual by ops, until ...)"
+// and what it means for the requests in it; nothing when the queue lands as usual.
+export function freezeBanner(freeze) {
+  if (!freeze || !freeze.frozen) return null;
+  const builds = freeze.allow_builds ? "Requests are accepted and built, but nothing lands"
+    : "Requests are accepted, but no new build starts and nothing lands";
+  return h("div", { class: "freeze", role: "status", id: "freeze-banner",
+    dataset: { source: freeze.source || "" } },
+  h("p", { class: "freeze-text" }, freeze.text),
+  h("p", { class: "small" }, `${builds} until the freeze ends.`));
+}
+
+// "dead-lettered at merge after 10 attempts — needs an operator", "retrying — 3 of 10
+// attempts failed", "stalled": the badge's words (the health's own text follows it).
+export function healthLabel(health) {
+  if (health.state === "dead_lettered") {
+    return `dead-lettered at ${health.topic} after ${health.attempts} attempts` +
+      (health.needs_operator ? " — needs an operator" : "");
+  }
+  if (health.state === "retrying") {
+    const of = health.max_attempts ? ` of ${health.max_attempts}` : "";
+    return `retrying ${health.topic} — ${health.attempts}${of} attempts failed`;
+  }
+  return health.state;
+}
+
+// A stage retrying, dead-lettered or stalled: a badge, the words, the last error and,
+// when it needs an operator, a link to the admin page. Nothing when it is ok.
+export function healthBanner(health) {
+  if (!health || health.state === "ok") return null;
+  const next = health.state !== "retrying" ? null
+    : health.attempt_running ? "An attempt is under way."
+      : health.next_attempt_at_ms ? ["Next attempt ",
+        h("span", { dataset: { etaAt: String(health.next_attempt_at_ms) } }, "soon"), "."]
+        : null;
+  return h("div", { class: "health", role: "status", dataset: { health: health.state,
+    topic: health.topic } },
+  h("p", {}, h("span", { class: `badge badge-${health.state.replace("_", "-")}` },
+    healthLabel(health))),
+  // the badge and the lines below say what the text says, except for a stall
+  health.state === "stalled" ? h("p", { class: "health-text" }, health.text) : null,
+  health.last_error ? h("p", {}, "Last error: ",
+    h("span", { class: "last-error" }, health.last_error)) : null,
+  next ? h("p", {}, next) : null,
+  health.admin_url ? h("p", {}, health.needs_operator
+    ? `Needs an operator (${health.operator_reason}): `
+    : "An operator can requeue or discard it: ",
+  h("a", { href: health.admin_url, class: "admin-link" }, "open the admin page")) : null);
+}
+
+// The queue's stall detector verdict (only when it flagged the queue).
+export function stallBanner(stall) {
+  if (!stall || !stall.stalled) return null;
+  return h("div", { class: "health", role: "status", dataset: { health: "stalled" } },
+    h("p", {}, h("span", { class: "badge badge-stalled" }, "stalled"), " ", stall.text));
+}

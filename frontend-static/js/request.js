@@ -1,10 +1,13 @@
 // "/queues/{queue}/requests/{n}": where a request is, what happens next (or why it was
 // removed), its batch and what it waits on, the stage trail, and a cancel button.
 import {
-  api, clock, coalesce, duration, etaElement, fill, h, keepPlace, liveUpdates, percent,
-  queuePath, showError, statusBadge, tick, timeElement,
+  api, clock, coalesce, duration, etaElement, fill, found, h, keepPlace, liveUpdates,
+  notFound, percent, priorityBadge, queuePath, showError, statusBadge, tick, timeElement,
+  unknownQueue,
 } from "./lib.js";
-import { dependencyList, outageBanner, pathsTable } from "./render.js";
+import {
+  dependencyList, freezeBanner, healthBanner, outageBanner, pathsTable,
+} from "./render.js";
 import { initSearch } from "./search.js";
 import { onPrincipal, openSignIn, principal, whyNoCancel } from "./signin.js";
 
@@ -31,17 +34,46 @@ function evidenceList(evidence) {
     e.url ? h("a", { href: e.url }, e.label) : h("span", {}, e.label))));
 }
 
+// The failing lines of a failed build's log (removal.log): numbered as in the whole
+// log, the lines that read like a failure marked in words too, a link to all of it.
+function logExcerpt(log) {
+  if (!log || !log.lines.length) return null;
+  const from = log.lines[0].n;
+  const to = log.lines[log.lines.length - 1].n;
+  const where = log.first_failure === null
+    ? `the last ${log.lines.length} lines (no line reads like a failure)`
+    : `lines ${from}–${to} of ${log.total_lines}, around the first failure (line ${log.first_failure})`;
+  return h("figure", { class: "log-excerpt", dataset: { build: log.build_id } },
+    h("figcaption", {}, "Build ", h("code", {}, log.build_id), `: ${where}`,
+      log.url ? [" · ", h("a", { href: log.url, class: "full-log" }, "the whole log")] : null),
+    h("ol", { class: "log-lines", start: String(from) }, log.lines.map((l) => h("li", {
+      value: String(l.n), class: l.failing ? "failing" : null,
+      dataset: l.n === log.first_failure ? { first: "true" } : {} },
+    l.failing ? h("span", { class: "visually-hidden" }, "failing: ") : null,
+    h("code", {}, l.text || "\u00a0")))));
+}
+
+function renderRemoval(view) {
+  const r = view.request;
+  const removal = view.removal;
+  fill($("next-h"), REMOVAL_TITLES[removal.kind] || "Removed");
+  fill($("next"), h("div", { class: "removal", dataset: { kind: removal.kind } },
+    h("p", { class: "reason" }, removal.text),
+    removal.stage ? h("p", {}, "Stage: ", h("code", {}, removal.stage)) : null,
+    evidenceList(removal.evidence)),
+  logExcerpt(removal.log),
+  removal.next_steps.length ? h("div", { class: "next-steps" },
+    h("h3", {}, "What to do next"),
+    h("ul", {}, removal.next_steps.map((step) => h("li", {}, step)))) : null,
+  r.last_error ? h("details", {}, h("summary", {}, "Error as recorded"),
+    h("pre", { class: "raw-error" }, r.last_error)) : null);
+}
+
 function renderNext(view) {
   const r = view.request;
   const box = $("next");
   if (view.removal) {
-    fill($("next-h"), REMOVAL_TITLES[view.removal.kind] || "Removed");
-    fill(box, h("div", { class: "removal", dataset: { kind: view.removal.kind } },
-      h("p", { class: "reason" }, view.removal.text),
-      view.removal.stage ? h("p", {}, "Stage: ", h("code", {}, view.removal.stage)) : null,
-      evidenceList(view.removal.evidence),
-      r.last_error ? h("details", {}, h("summary", {}, "Error as recorded"),
-        h("pre", { class: "raw-error" }, r.last_error)) : null));
+    renderRemoval(view);
     return;
   }
   if (r.status === "landed") {
@@ -56,7 +88,8 @@ function renderNext(view) {
   }
   fill($("next-h"), "What happens next");
   const f = r.forecast;
-  fill(box, outageBanner(view.outages), h("dl", { class: "facts" },
+  fill(box, freezeBanner(view.freeze), outageBanner(view.outages), healthBanner(r.health),
+    h("dl", { class: "facts" },
     h("div", {}, h("dt", {}, "Chance to land"),
       h("dd", { class: "p-land" }, f ? percent(f.p_land) : "unknown")),
     h("div", {}, h("dt", {}, "Chance the builds under way count"),
@@ -106,26 +139,42 @@ async function refresh() {
       `${encodeURIComponent(number)}/view`);
     clock.sync(view.now_ms);
     const r = view.request;
+    found();
     keepPlace($("main"), () => {
       fill($("title"), `Request ${r.sqid}`);
       document.title = `${r.sqid} · SubmitQueue`;
-      fill($("status"), statusBadge(r.status));
+      fill($("status"), statusBadge(r.status), priorityBadge(r.priority));
       fill($("changes"), r.change_uris.map((u, i) => h("li", {}, h("code", { class: "uri" }, u),
         r.landed_commits && r.landed_commits[i] ? [" → landed as ",
           h("code", { class: "sha landed-as" }, r.landed_commits[i])] : null)));
       renderNext(view);
       renderBatch(view);
       renderTrail(view);
+      fill($("about"), r.title ? h("strong", { class: "req-title" }, r.title) : null,
+        r.branch ? [r.title ? " · " : "", "branch ", h("code", { class: "branch" }, r.branch)]
+          : null,
+        r.author ? [" · by ", h("span", { class: "author", title: r.author_email }, r.author)]
+          : null);
       fill($("submitted"), r.submitted_by ? ["Submitted by ", h("strong", {}, r.submitted_by),
         " at ", timeElement(r.received_at_ms)] : ["Submitted at ",
-        timeElement(r.received_at_ms)]);
+        timeElement(r.received_at_ms)],
+      r.position ? ` · number ${r.position} in line` : null,
+      r.activity_text && !["landed", "error", "cancelled"].includes(r.status)
+        ? ` · ${r.activity_text}` : null);
     });
     await renderCancel(view);
     document.body.dataset.status = r.status;
     fill($("error"));
     document.body.dataset.loaded = String(Date.now());
+    return true;
   } catch (err) {
+    if (err.status === 404) {
+      notFound({ title: $("title"), error: $("error"), live: $("live") }, err,
+        unknownQueue(err) ? "Queue not found" : "Request not found");
+      return !unknownQueue(err);  // a request may yet appear; a queue will not
+    }
     showError($("error"), err);
+    return true;
   }
 }
 
@@ -168,14 +217,14 @@ function setUpCancel(reload) {
   });
 }
 
-function main() {
+async function main() {
   initSearch(queue);
   const link = $("queue-link");
   link.setAttribute("href", queuePath(queue));
   link.textContent = queue;
   const later = coalesce(refresh, 120);
   setUpCancel(later);
-  refresh();
+  if (!await refresh()) return;  // an unknown queue or request: nothing to stream
   const live = liveUpdates(queue, {
     onOpen: later,
     // its own changes, and those of the batches it waits on, matter: re-read on any

@@ -1,6 +1,7 @@
 // Every page's header (brand, main navigation, search box), rendered into the page's
 // empty <header class="site">, and the search box: a sqid (demo/12; a bare number on a
-// queue page) or an exact change URI. One hit opens its page; several are listed.
+// queue page), a batch id (its requests) or an exact change URI. One hit opens its page;
+// several are listed.
 import { api, fill, h, showError, statusBadge } from "./lib.js";
 import { initSignIn } from "./signin.js";
 
@@ -19,7 +20,7 @@ function renderHeader(signIn) {
       }),
       h("button", { type: "submit" }, "Search"),
       h("span", { id: "search-hint", class: "visually-hidden" },
-        "A sqid such as demo/12, or an exact change URI")),
+        "A sqid such as demo/12, a batch such as demo/batch/3, or an exact change URI")),
     signIn ? h("div", { id: "signin", class: "signin" }) : null);
 }
 
@@ -48,7 +49,8 @@ export function initSearch(currentQueue = null, { signIn = true } = {}) {
         return;
       }
       fill(results, h("div", { class: "notice" },
-        h("p", {}, `${found.items.length} requests carried this change:`),
+        h("p", {}, found.kind === "batch" ? `${found.query} holds ${found.items.length} requests:`
+          : `${found.items.length} requests carried this change:`),
         h("ul", {}, found.items.map((hit) => h("li", {},
           h("a", { href: hit.page }, hit.sqid), " ", statusBadge(hit.status))))));
     } catch (err) {

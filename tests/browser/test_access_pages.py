@@ -125,7 +125,7 @@ async def test_reads_required_shows_nothing_without_a_token_then_follows_live(
         lander = await token(server, "lander", "land")
         await page.goto(f"{server.base_url}/queues/demo")
         await expect(page.locator("#error [role=alert]")).to_contain_text("Sign in")
-        assert await page.locator("#stages li.req").count() == 0
+        assert await page.locator("#stages tbody.req").count() == 0
         await sign_in(page, reader)
         await expect(page.locator("#live")).to_have_attribute("data-state", "live")
         await expect(page.locator("#error")).to_be_empty()

@@ -65,6 +65,11 @@ async def test_sign_in_drain_a_dead_letter_and_read_the_audit(server: Server, pa
     assert await page.evaluate("Object.values(sessionStorage)") == [TOKEN]
     text = await item.inner_text()
     assert "from build" in text and "ConnectionError" in text
+    # the batch it names links to its request
+    n = sqid.rsplit("/", 1)[1]
+    await expect(item.locator(".entity-requests a")).to_have_attribute(
+        "href", f"/queues/demo/requests/{n}")
+    await expect(item.locator(".entity-requests")).to_have_text(f" (request {sqid})")
     assert "its reconciler is paused" in await page.locator(
         'section[data-topic="build_dlq"] h3').inner_text()
     await screenshot(page, "admin-page")

@@ -27,7 +27,7 @@ async def server(sqlite_db_factory: Any) -> AsyncIterator[Server]:
 
 
 def sel_in_stage(stage: str, sqid: str) -> str:
-    return f'#stages section[data-stage="{stage}"] li.req[data-sqid="{sqid}"]'
+    return f'#stages tbody.req[data-stage="{stage}"][data-sqid="{sqid}"]'
 
 
 async def test_queue_page_follows_requests_stage_by_stage_without_reloading(
@@ -42,10 +42,11 @@ async def test_queue_page_follows_requests_stage_by_stage_without_reloading(
     slow = await server.land(change("slow", files="lib/a.py", build_ms=6000))
     await page.wait_for_selector(sel_in_stage("speculating", slow))
     card = page.locator(sel_in_stage("speculating", slow))
-    await expect(card).to_contain_text("Chance to land: 90 %")
+    await expect(card.locator("td.chance")).to_have_text("~90 %")  # the prior, marked so
+    assert "prior" in (await card.locator(".p-land").get_attribute("title") or "")
     # from the warm-up's 1.5 s build: "in ~…", or "unknown" once a build outlasts it
-    assert re.search(r"Expected to land: (in ~[0-9.]+ m?s|any moment|unknown)",
-                     await card.inner_text())
+    assert re.fullmatch(r"in ~[0-9.]+ (ms|s|min)|in < 1 s|any moment|unknown",
+                        await card.locator("td.eta-cell").inner_text())
     slow_link = f"/queues/demo/requests/{slow.rsplit('/', 1)[1]}"
     await page.locator(f'#stages a[href="{slow_link}"]').focus()  # a keyboard user's place
     behind = await server.land(change("behind", files="lib/b.py", build_ms=1500))
@@ -55,7 +56,8 @@ async def test_queue_page_follows_requests_stage_by_stage_without_reloading(
     # the list was redrawn by live updates, and the focus stayed on the same link
     assert await page.evaluate("document.activeElement.getAttribute('href')") == slow_link
 
-    batch = page.locator(f'article.batch:has(a:text-is("{behind}"))')
+    await page.get_by_role("button", name=f"Show the batch and paths of {behind}").click()
+    batch = page.locator(f'tbody.req[data-sqid="{behind}"] tr.fold article.batch')
     await batch.locator("table.paths tbody tr").first.wait_for()
     await expect(batch.locator("table.paths")).to_contain_text("on top of demo/batch/2")
     await expect(batch.locator(".deps")).to_contain_text("demo/batch/2")
@@ -80,11 +82,15 @@ async def test_a_failed_request_shows_its_typed_reason_and_the_failed_build(
     removal = page.locator(".removal[data-kind=build_failed]")
     await removal.wait_for()
     text = await removal.inner_text()
-    assert "Its build failed on path" in text
-    assert "on the target branch alone" in text
-    assert "No speculation path could pass" in text
+    assert "Its build failed when tested on the target branch alone, so it was taken out " \
+        "of the queue." in text
+    assert "path " not in text and "speculation" not in text  # no planner words
     build_id = await page.locator("table.paths .build-id").first.inner_text()
     assert build_id.startswith("fake-") and build_id in text  # the evidence names the build
+    assert "its runner published no log" in text  # a fake build keeps none: no excerpt
+    assert await page.locator("#next figure.log-excerpt").count() == 0
+    await expect(page.locator("#next .next-steps li").first).to_contain_text(
+        "fix the change, push a new commit and submit it again")
     assert await page.locator("#next-h").inner_text() == "Removed: its build failed"
     trail = await page.locator("#trail").inner_text()
     assert "speculating [building" in trail and "error" in trail
@@ -144,8 +150,9 @@ async def test_a_script_in_a_change_uri_is_shown_as_text(server: Server, page: A
     alerts: list[str] = []
     page.on("dialog", lambda d: alerts.append(d.message))
     await page.goto(f"{server.base_url}/queues/demo")
-    card = page.locator(f'li.req[data-sqid="{sqid}"]')
+    card = page.locator(f'tbody.req[data-sqid="{sqid}"]')
     await card.wait_for()
+    await card.get_by_role("button", name=f"Show the batch and paths of {sqid}").click()
     assert payload in await card.locator("code.uri").inner_text()
     n = sqid.rsplit("/", 1)[1]
     await page.goto(f"{server.base_url}/queues/demo/requests/{n}")

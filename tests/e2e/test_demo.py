@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import re
 import subprocess
 from pathlib import Path
 from typing import get_args
@@ -184,6 +185,11 @@ async def test_broken_changes_end_in_error_and_the_rest_land(tmp_path: Path) -> 
         assert code == 0, out.getvalue()
     text = out.getvalue()
     assert "requests: 3 landed, 1 error, 0 cancelled (expected 3 landed, 1 error)" in text
+    # the broken change's error prints whole; any build log it names is a full URL
+    expected = next(ln for ln in text.splitlines() if "ended error as expected" in ln)
+    links = re.findall(r"\(failed, (\S+)\)", expected)
+    assert all(re.fullmatch(re.escape(server.base_url.rstrip("/"))
+                            + r"/api/v1/builds/cmd-[0-9a-f]{32}/log", u) for u in links), expected
     files = sandbox_git(tmp_path, "ls-tree", "-r", "--name-only", "main", "demo").splitlines()
     assert len(files) == 6  # three changes of two files each; the broken one is not there
     contents = [sandbox_git(tmp_path, "show", f"main:{f}") for f in files]
@@ -208,3 +214,18 @@ async def test_demo_says_when_the_server_is_unreachable(tmp_path: Path) -> None:
     assert r.exit_code == 2
     assert f"cannot reach the SubmitQueue server at {dead}" in r.output
     assert "Traceback" not in r.output
+
+
+def test_the_summary_prints_an_expected_error_whole_with_its_log_links_openable() -> None:
+    """The summary cut an error at 160 characters, halfway through its log URL; now the
+    whole error prints and its server paths become full URLs."""
+    from app.cli.demo import absolute_links
+
+    err = ("no speculation path could pass; every candidate build failed; last builds: "
+           "cmd-" + "9f" * 16 + " (failed, /api/v1/builds/cmd-" + "9f" * 16 + "/log), "
+           "cmd-" + "ab" * 16 + " (failed, /api/v1/builds/cmd-" + "ab" * 16 + "/log)")
+    out = absolute_links(err, "http://127.0.0.1:8000/")
+    assert out.count("http://127.0.0.1:8000/api/v1/builds/cmd-") == 2
+    assert out.endswith("ab" * 16 + "/log)")
+    assert "(failed, http://127.0.0.1:8000/api/v1/builds/cmd-" + "9f" * 16 + "/log)" in out
+    assert absolute_links("see http://x/api/v1/a", "http://s") == "see http://x/api/v1/a"

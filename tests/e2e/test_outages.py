@@ -142,6 +142,7 @@ async def test_an_outage_longer_than_the_window_ends_requests_dependency_unavail
             assert "Traceback" not in last_error
             removal = (await view(server, sqid))["removal"]
             assert removal["kind"] == "dependency_unavailable", removal
+            assert removal["reason"] == "dependency_failed", removal
 
 
 BUILD_QUEUES = queues_file(git_queue(

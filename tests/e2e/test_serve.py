@@ -74,10 +74,11 @@ def test_default_database_is_a_new_sqlite_file_under_var(tmp_path: Path) -> None
             proc.wait()
 
 
-@pytest.mark.parametrize(("role", "consumers"), [("gateway", 2), ("worker", 26), ("all", 28)])
+@pytest.mark.parametrize(("role", "consumers"), [("gateway", 2), ("worker", 29), ("all", 31)])
 def test_serve_role_flag_picks_the_consumers(tmp_path: Path, role: str, consumers: int) -> None:
     """--role gateway runs only the request-log consumers (log + log_dlq); worker only
-    the orchestrator's (13 topics + 13 reconcilers); all runs both."""
+    the orchestrator's (14 topics + 14 reconcilers, and the notify relay's second group on
+    the log topic); all runs both."""
     port = free_port()
     env = {**os.environ, "SQ_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'r.db'}",
            "SQ_PORT": str(port), "SQ_QUEUES_FILE": str(tmp_path / "queues.yaml")}
@@ -117,8 +118,8 @@ def test_an_invalid_setting_is_one_line_and_exit_2_not_a_traceback(
 
 
 @pytest.mark.parametrize(("queues", "says"), [
-    (None, "submitqueue: queues file 'queues.yaml' does not exist; create it (the "
-           "repository's queues.yaml is an example) or set SQ_QUEUES_FILE to the path of one"),
+    (None, "submitqueue: queues file 'queues.yaml' does not exist; run `submitqueue init` "
+           "to write one (and a .env) here, or set SQ_QUEUES_FILE to the path of one"),
     ("queues:\n  - name: 3\n", "submitqueue: queues.yaml: queues.0.name: Input should be a "
                                "valid string"),
 ])
@@ -143,3 +144,31 @@ def test_an_invalid_setting_never_prints_a_password_it_holds(tmp_path: Path) -> 
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("submitqueue: invalid setting SQ_PUBLIC_URL=")
     assert "hunter2" not in done.stderr
+
+
+def test_serve_on_an_unmigrated_database_with_auto_migrate_off_says_run_db_upgrade(
+    tmp_path: Path,
+) -> None:
+    shutil.copyfile(ROOT / "queues.yaml", tmp_path / "queues.yaml")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SQ_")}
+    env.update({"PYTHONPATH": str(ROOT), "SQ_AUTO_MIGRATE": "false"})
+    done = subprocess.run([sys.executable, "-m", "app.cli", "serve"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr.strip()) == (2, (
+        "submitqueue: the database sqlite+aiosqlite:///./var/submitqueue.db is at migration "
+        "none; this version needs 0012: run `submitqueue db upgrade` (SQ_AUTO_MIGRATE is off)"))
+    assert not (tmp_path / "var").exists()  # the check created no empty database
+    assert subprocess.run([sys.executable, "-m", "app.cli", "db", "upgrade"], cwd=tmp_path,
+                          env=env, capture_output=True, timeout=60).returncode == 0
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--port", str(port)],
+                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:  # migrated: the same command serves
+        wait_healthy(f"http://127.0.0.1:{port}", proc)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -209,8 +209,8 @@ async def test_the_scheduler_starts_and_stops_with_the_runtime(
     async with serve(database_url, tmp_path, speculate_resync_ms=200) as server:
         rt = server.runtime
         assert rt.scheduler.running
-        assert rt.scheduler.jobs[:4] == ["metrics-refresh", "speculate-resync", "outage-notify",
-                                         "queue-gc"]
+        assert rt.scheduler.jobs[:5] == ["metrics-refresh", "stall-check", "speculate-resync",
+                                         "outage-notify", "queue-gc"]
         await until("a resync ran", lambda: _true(rt.scheduler.runs.get("speculate-resync")))
         assert rt.resync is not None and rt.resync.published == 0  # no active batch
     assert not rt.scheduler.running and not rt.scheduler._in_progress
@@ -218,8 +218,9 @@ async def test_the_scheduler_starts_and_stops_with_the_runtime(
         jobs = server.runtime.scheduler.jobs
         assert "speculate-resync" not in jobs and server.runtime.resync is None
     async with serve(database_url, tmp_path, role="gateway") as server:
-        # the workers resync, collect the queue's garbage and beat for their builds
-        assert server.runtime.scheduler.jobs == ["metrics-refresh"]
+        # the workers resync, collect the queue's garbage and beat for their builds; every
+        # role checks for stalls (its pages and /metrics show them)
+        assert server.runtime.scheduler.jobs == ["metrics-refresh", "stall-check"]
 
 
 async def _true(value: object) -> bool:

@@ -89,6 +89,7 @@ async def test_overview_and_request_view_explain_a_dependency_and_a_failure(
         assert await server.wait_terminal(good) == "landed"
         failed = await get(server, f"/api/v1/queues/demo/requests/{bad.split('/')[1]}/view")
         assert failed["removal"]["kind"] == "build_failed"
+        assert failed["removal"]["reason"] == "build_failed"  # the typed vocabulary
         assert "on the target branch alone" in failed["removal"]["text"]
         assert failed["batch"]["paths"][0]["build"]["status"] == "failed"
         assert failed["cancellable"] is False and failed["request"]["forecast"] is None

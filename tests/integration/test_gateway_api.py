@@ -53,7 +53,7 @@ async def test_land_is_accepted_visible_and_handed_to_start(env: Env) -> None:
     assert msg.partition_key == "demo"
     assert msg.payload == {"id": "demo/1", "queue": "demo", "change_uris": [URI_A, URI_B],
                            "strategy": "merge", "received_at_ms": summary["received_at_ms"],
-                           "submitted_by": "anonymous"}
+                           "submitted_by": "anonymous", "priority": "normal"}
     assert summary["submitted_by"] == "anonymous"  # SQ_AUTH=open, no token
     assert history["events"][0]["metadata"] == {"actor": "anonymous"}
     assert await land(env, URI_C) == "demo/2"

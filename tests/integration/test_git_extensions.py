@@ -61,7 +61,7 @@ def test_ref_problem_and_numstat() -> None:
 # ---------------------------------------------------------------- change provider
 
 
-async def test_provider_reports_files_lines_renames_and_author(
+async def test_provider_reports_files_lines_renames_author_and_title(
     remote: Remote, provider: GitChangeProvider
 ) -> None:
     big = remote.show("big.txt") + "\n"
@@ -80,6 +80,7 @@ async def test_provider_reports_files_lines_renames_and_author(
     files = {f.path: (f.lines_added, f.lines_deleted) for f in got[0].changed_files}
     assert files == {"a.txt": (2, 1), "bin.dat": (0, 0), "moved.txt": (1, 0)}
     assert (got[0].author_name, got[0].author_email) == ("Alice Author", "alice@example.com")
+    assert [d.title for d in got] == ["first change", "second"]  # each commit's subject
     assert [f.path for f in got[1].changed_files] == ["c.txt"]
     assert got[1].uri == uri("feature2", second)
 

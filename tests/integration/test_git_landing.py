@@ -116,3 +116,33 @@ async def test_head_branches_are_untouched_when_not_configured_or_moved_on(
     assert outcome.succeeded, outcome.reason
     assert remote.show("l.txt") == "1"
     assert remote.bare_git("rev-parse", "refs/heads/later") == newer
+
+
+async def test_a_gate_that_refuses_right_before_the_push_moves_no_ref(
+    remote: Remote, tmp_path: Path
+) -> None:
+    """The queue's freeze is the merge's gate: asked after the fetch and the apply, right
+    before the ref update; a refusal pushes nothing and says ``held`` (the merge stage
+    holds the message), and the same merge lands once the gate opens."""
+    merger = merger_for(remote, tmp_path)
+    head = remote.commit("feature", {"g.txt": "1\n"}, "g", base="main")
+    before = remote.main()
+    asked: list[str] = []
+
+    async def frozen() -> str:
+        asked.append(remote.main())  # the target as the gate sees it: not moved yet
+        return "frozen: release cut (manual by ops)"
+
+    base = spec(LandStrategy.REBASE, uri("feature", head))
+    held = await merger.merge(MergeSpec(queue=base.queue, id=base.id, steps=base.steps,
+                                        gate=frozen))
+    assert (held.succeeded, held.code, held.reason) == (
+        False, "held", "frozen: release cut (manual by ops)")
+    assert asked == [before] and remote.main() == before
+
+    async def open_() -> str:
+        return ""
+
+    landed = await merger.merge(MergeSpec(queue=base.queue, id=base.id, steps=base.steps,
+                                          gate=open_))
+    assert landed.succeeded and remote.main() != before

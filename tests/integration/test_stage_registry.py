@@ -34,18 +34,27 @@ def test_the_docs_table_is_the_registry() -> None:
 
 def test_every_topic_is_declared_once_with_its_dlq_and_consumers() -> None:
     names = stages.topics()
-    assert len(names) == len(set(names)) == 14
+    assert len(names) == len(set(names)) == 15
     topo = build_topology()
     for s in STAGES:
-        assert topo.groups(s.topic) == [s.group]
+        taps = [t.group for t in stages.TAPS if t.topic == s.topic]
+        assert topo.groups(s.topic) == sorted([s.group, *taps])
         assert topo.groups(s.topic + DLQ_SUFFIX) == [s.dlq_group]
         assert topo.spec(s.topic).serial == bool(s.serial)
+    assert topo.groups(m.LOG) == [m.GATEWAY_LOG_GROUP, m.NOTIFY_RELAY_GROUP]
     reconcilers = build_reconcilers(_deps())
     assert set(reconcilers) == {t + DLQ_SUFFIX for t in names}
     specs = build_consumers(_deps())
-    assert sorted(c.topic for c in specs) == sorted([*names, *(t + DLQ_SUFFIX for t in names)])
+    assert sorted((c.topic, c.group) for c in specs) == sorted(
+        [*((s.topic, s.group) for s in STAGES), *((s.topic + DLQ_SUFFIX, s.dlq_group)
+                                                  for s in STAGES),
+         (m.LOG, m.NOTIFY_RELAY_GROUP)])
     gateway_only = build_consumers(_deps(), orchestrator=False)
-    assert sorted(c.topic for c in gateway_only) == [m.LOG, m.LOG + DLQ_SUFFIX]
+    assert sorted((c.topic, c.group) for c in gateway_only) == [
+        (m.LOG, m.GATEWAY_LOG_GROUP), (m.LOG + DLQ_SUFFIX, m.GATEWAY_DLQ_GROUP)]
+    workers_only = build_consumers(_deps(), gateway=False)
+    assert (m.LOG, m.NOTIFY_RELAY_GROUP) in {(c.topic, c.group) for c in workers_only}
+    assert (m.LOG, m.GATEWAY_LOG_GROUP) not in {(c.topic, c.group) for c in workers_only}
 
 
 def test_partition_keys_come_from_the_registry_and_refuse_a_foreign_payload() -> None:
@@ -55,6 +64,9 @@ def test_partition_keys_come_from_the_registry_and_refuse_a_foreign_payload() ->
     assert partition_key(m.BUILDSIGNAL, m.EntityMsg(id="b-1", queue="demo")) == "b-1"
     assert partition_key(m.BUILD, m.BuildMsg(id="demo/batch/2", queue="demo", path_id="p",
                                              attempt=1)) == "demo/batch/2"
+    note = m.NotifyMsg(id="demo/7", queue="demo", endpoint="team", log_id="demo/7/landed",
+                       event="landed", status="landed", timestamp_ms=1)
+    assert partition_key(m.NOTIFY, note) == "demo/team"  # one endpoint's deliveries
     with pytest.raises(TypeError, match="'build' carries BuildMsg, not EntityMsg"):
         partition_key(m.BUILD, entity)
     with pytest.raises(KeyError, match="no stage 'nope' in the registry"):

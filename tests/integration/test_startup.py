@@ -90,9 +90,11 @@ async def test_the_periodic_jobs_run_on_the_one_scheduler_and_show_in_metrics(
     """Queue GC, the resync, each command runner's heartbeat and the metrics refresh are
     jobs of the runtime's scheduler (no service runs a loop of its own), and each run is
     counted in /metrics."""
-    rt = _runtime(tmp_path, metrics_refresh_ms=100, queue_gc_interval_ms=1000)
-    assert rt.scheduler.jobs == ["metrics-refresh", "speculate-resync", "outage-notify",
-                                 "queue-gc", "build-heartbeat:sandbox"]
+    rt = _runtime(tmp_path, metrics_refresh_ms=100, queue_gc_interval_ms=1000,
+                  stall_check_ms=500)
+    assert rt.scheduler.jobs == ["metrics-refresh", "stall-check", "speculate-resync",
+                                 "outage-notify", "queue-gc", "build-heartbeat:sandbox",
+                                 "freeze-thaw"]
     await rt.start()
     try:
         await until("every job ran", lambda: _all_ran(rt), timeout=20)

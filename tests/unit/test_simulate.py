@@ -12,7 +12,9 @@ from bench._sim_record import Recorder
 from bench._sim_workload import Point, Workload, draw
 
 KEYS = {"point", "default", "strategy", "p50", "p95", "p99", "p50_vs_oracle", "p95_vs_oracle",
-        "throughput", "builds_per_landed", "aborted_builds", "red_landings", "landed"}
+        "throughput", "builds_per_landed", "aborted_builds", "red_landings", "landed", "mean",
+        "mean_vs_oracle", "good_evicted", "bad_landed"}
+BATCHING = {"batch-bisect", "bors", "mergify"}  # may build less than once per change
 
 
 def test_tiny_grid_lands_the_good_changes_and_never_a_red_combination() -> None:
@@ -27,7 +29,8 @@ def test_tiny_grid_lands_the_good_changes_and_never_a_red_combination() -> None:
         for r in point_rows:
             assert r["red_landings"] == 0 and r["landed"] == good
             assert r["p50"] <= r["p95"] <= r["p99"]
-            assert r["builds_per_landed"] >= 1.0 or r["strategy"] == "batch-bisect"
+            assert r["builds_per_landed"] >= 1.0 or r["strategy"] in BATCHING
+            assert r["good_evicted"] == 0 and r["bad_landed"] == 0
         oracle = next(r for r in point_rows if r["strategy"] == "oracle")
         assert oracle["p50_vs_oracle"] == 1.0 and oracle["aborted_builds"] == 0
         serial = next(r for r in point_rows if r["strategy"] == "serial")
@@ -42,8 +45,10 @@ def test_json_lines_have_the_documented_shape(capsys: pytest.CaptureFixture[str]
     assert [r["strategy"] for r in lines] == ["oracle", "serial", "best-first"]
     for r in lines:
         assert set(r) == KEYS
-        assert set(r["point"]) == {"load", "budget", "p_fail", "p_conflict", "seed"}
+        assert set(r["point"]) == {"load", "budget", "p_fail", "p_conflict", "seed", "p_flake",
+                                   "batch"}
         assert r["default"] is True and r["point"]["p_fail"] == pytest.approx(0.1)
+        assert r["point"]["p_flake"] == 0.0 and r["point"]["batch"] == 4
 
 
 def test_the_workload_is_the_same_for_every_strategy() -> None:
@@ -98,3 +103,10 @@ def test_a_strategy_that_lands_a_different_set_or_a_red_combination_is_reported(
     problems = simulate.check_point(point, {"a": fine, "b": short, "c": red})
     assert len(problems) == 2
     assert problems[0].startswith("b: landed") and problems[1].startswith("c: 2 red")
+    assert "(1 good evicted, 0 bad landed)" in problems[0]
+    wider = Point(n=60)
+    good = sorted(draw(wider).good)
+    bad = next(i for i in range(wider.n) if i not in good)
+    swapped = {**fine, "landed_set": sorted([*good[1:], bad]), "landed": len(good)}
+    [problem] = simulate.check_point(wider, {"d": swapped})
+    assert "(1 good evicted, 1 bad landed)" in problem

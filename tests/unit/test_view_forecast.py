@@ -80,10 +80,10 @@ def test_expected_total_conditions_on_time_already_spent() -> None:
 def snap(batches: list[Batch], entries: dict[str, list[PathEntry]] | None = None, *,
          started: dict[str, int] | None = None, probs: dict[str, float] | None = None,
          builds: list[int] = (1000,), merges: list[int] = (200,),  # type: ignore[assignment]
-         now: int = 10_000) -> QueueSnapshot:
+         now: int = 10_000, budget: int = 0) -> QueueSnapshot:
     return QueueSnapshot(batches={b.id: b for b in batches}, entries=entries or {},
                          build_started_ms=started or {}, probs=probs or {},
-                         timing=timing(builds, merges), now_ms=now)
+                         timing=timing(builds, merges), now_ms=now, build_budget=budget)
 
 
 def test_a_head_alone_lands_after_one_build_and_one_merge() -> None:
@@ -159,3 +159,34 @@ def test_a_request_not_batched_yet_needs_a_build_and_a_merge() -> None:
     f = forecast_unbatched(0.7, timing([1000], [100]), 5)
     assert (f.p_land, f.eta_at_ms) == (pytest.approx(0.7), 1105)
     assert forecast_unbatched(math.nan, timing([], []), 5).eta_at_ms is None
+
+
+def test_a_batch_waiting_for_a_build_slot_lands_after_a_slot_frees() -> None:
+    """Two slots, both held by builds under way: the first unfunded batch builds when
+    the earlier one ends, the second when the later one ends, the third a build after
+    the first (queue order); none of them 'now + one build' as if a slot were free."""
+    b1, b2 = batch(1), batch(2)
+    waiting = [batch(n) for n in (3, 4, 5)]
+    e1, e2 = entry(1, {}, PathStatus.BUILDING), entry(2, {}, PathStatus.BUILDING)
+    s = snap([b1, b2, *waiting], {b1.id: [e1], b2.id: [e2]},
+             started={e1.id: 9_800, e2.id: 9_400}, budget=2)
+    out = forecast_batches(s, [b.id for b in waiting])
+    first_free, second_free = 9_400 + 1000, 9_800 + 1000
+    assert out["q/batch/3"].eta_at_ms == first_free + 1000 + 200
+    assert out["q/batch/4"].eta_at_ms == second_free + 1000 + 200
+    assert out["q/batch/5"].eta_at_ms == first_free + 1000 + 1000 + 200
+    assert "waiting for a build slot" in out["q/batch/3"].basis
+    # a free slot: the planner funds it now, the forecast is unchanged
+    free = forecast_batches(snap([b1, *waiting], {b1.id: [e1]}, started={e1.id: 9_800},
+                                 budget=2), ["q/batch/3"])["q/batch/3"]
+    assert free.eta_at_ms == 10_000 + 1000 + 200
+
+
+def test_a_batch_waiting_for_a_slot_held_by_an_overdue_build_has_no_eta() -> None:
+    """The builds holding the slots have run longer than every recent build: the
+    batches waiting behind them have no ETA, not 'in < 1 s'."""
+    b1 = batch(1)
+    e1 = entry(1, {}, PathStatus.BUILDING)
+    s = snap([b1, batch(2)], {b1.id: [e1]}, started={e1.id: 1}, budget=1)
+    out = forecast_batches(s, ["q/batch/2"])["q/batch/2"]
+    assert out.eta_at_ms is None and "waits for a build slot" in out.basis

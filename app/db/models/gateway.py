@@ -9,7 +9,13 @@ Ownership (enforced by which repository module may touch a table):
   (``app/db/repos/views.py``) reads them and the orchestrator's ``builds``, never writes;
 - admin API: ``admin_audit`` (append only, ``app/db/repos/audit.py``);
 - access: ``api_tokens`` (``app/db/repos/tokens.py``; written by the admin API's token
-  routes and, for ``last_used_at_ms`` only, by authentication).
+  routes and, for ``last_used_at_ms`` only, by authentication);
+- GitHub webhook: ``github_deliveries`` (``app/db/repos/github_deliveries.py``), the
+  ``X-GitHub-Delivery`` ids already handled;
+- admin API: ``queue_freezes`` (``app/db/repos/freezes.py``), each queue's manual freeze,
+  written only by the freeze routes (``app/gateway/freeze.py``) and read by the merge
+  and speculate stages (``app/controllers/freeze.py``): a queue owner's control, like a
+  consumer pause, that every process must see.
 
 JSON columns are stored as text (``*_json``) so both dialects read them alike.
 """
@@ -56,6 +62,7 @@ class RequestSummaryRow(SQLModel, table=True):
     metadata_json: str = text(server_default="{}")
     # who submitted it (the caller's actor, ``app/domain/access.py``); "" = before 0009
     submitted_by: str = string(100, server_default="")
+    priority: str = string(30, server_default="normal")  # ``Priority`` (0011)
 
 
 class RequestLogRow(SQLModel, table=True):
@@ -168,3 +175,37 @@ class ApiTokenRow(SQLModel, table=True):
                                  sa_column_kwargs={"server_default": "0"})
     revoked_at_ms: int = Field(default=0, sa_type=sa.BigInteger,
                                sa_column_kwargs={"server_default": "0"})
+
+
+class GitHubDeliveryRow(SQLModel, table=True):
+    """One GitHub webhook delivery taken (``X-GitHub-Delivery``): a redelivery of it is
+    acknowledged and not acted on again. ``outcome`` says what it did ("" while it is
+    being handled)."""
+
+    __tablename__ = "github_deliveries"
+    __table_args__ = (sa.Index("ix_github_deliveries_received", "received_at_ms"),)
+
+    delivery_id: str = pk(100)
+    event: str = string(50)
+    received_at_ms: int = millis()
+    outcome: str = text(server_default="")
+
+
+class QueueFreezeRow(SQLModel, table=True):
+    """A merge queue's manual freeze (``app/domain/freeze.py``): one row per queue ever
+    frozen, ``frozen`` 0 once unfrozen; ``until_ms`` 0 = until unfrozen. Written with
+    ``WHERE version = old`` (the first freeze by an insert that a concurrent one loses)."""
+
+    __tablename__ = "queue_freezes"
+
+    queue: str = pk(Q)
+    frozen: int = integer()
+    reason: str = text(server_default="")
+    frozen_by: str = string(100, server_default="")
+    since_ms: int = millis()
+    until_ms: int = millis()
+    allow_builds: int = integer()
+    allow_hotfix: int = integer()
+    version: int = integer()
+    updated_at_ms: int = millis()
+    updated_by: str = string(100, server_default="")

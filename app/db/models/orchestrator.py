@@ -43,6 +43,7 @@ class RequestRow(SQLModel, table=True):
     last_error: str = text(server_default="")
     created_at_ms: int = millis()
     updated_at_ms: int = millis()
+    priority: str = string(STATE, server_default="normal")  # ``Priority`` (0011)
 
 
 class ChangeRow(SQLModel, table=True):
@@ -79,6 +80,9 @@ class BatchRow(SQLModel, table=True):
     landed_json: str = text(server_default="{}")
     created_at_ms: int = millis()
     updated_at_ms: int = millis()
+    # its members' highest ``Priority`` and the batches it went ahead of (0011)
+    priority: str = string(STATE, server_default="normal")
+    overtakes_json: str = text(server_default="[]")
 
 
 class RequestBatchRow(SQLModel, table=True):

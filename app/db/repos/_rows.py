@@ -18,6 +18,7 @@ from app.domain.states import (
     BuildStatus,
     LandStrategy,
     PathStatus,
+    Priority,
     RequestState,
 )
 
@@ -31,6 +32,7 @@ def request_from_row(r: Any) -> LandRequest:
         queue=r.queue, id=r.id, change_uris=tuple(json.loads(r.change_uris_json)),
         strategy=LandStrategy(r.strategy), state=RequestState(r.state), version=r.version,
         last_error=r.last_error or "", created_at_ms=r.created_at_ms,
+        priority=Priority(r.priority or Priority.NORMAL),
     )
 
 
@@ -41,6 +43,8 @@ def batch_from_row(r: Any) -> Batch:
         version=r.version, failure_reason=r.failure_reason or "",
         created_at_ms=r.created_at_ms, updated_at_ms=r.updated_at_ms,
         landed={k: tuple(v) for k, v in json.loads(r.landed_json or "{}").items()},
+        priority=Priority(r.priority or Priority.NORMAL),
+        overtakes=tuple(json.loads(r.overtakes_json or "[]")),
     )
 
 

@@ -29,6 +29,7 @@ async def create(session: AsyncSession, *, batch: Batch, now_ms: int) -> None:
         dependencies_json=dumps(list(batch.dependencies)), state=batch.state.value,
         version=batch.version, failure_reason=batch.failure_reason,
         landed_json=dumps({k: list(v) for k, v in batch.landed.items()}),
+        priority=batch.priority.value, overtakes_json=dumps(list(batch.overtakes)),
         created_at_ms=now_ms, updated_at_ms=now_ms,
     ))
     for request_id in batch.contains:
@@ -112,6 +113,7 @@ async def update(session: AsyncSession, *, old: Batch, new: Batch, now_ms: int) 
             "contains_json": dumps(list(new.contains)),
             "failure_reason": new.failure_reason,
             "landed_json": dumps({k: list(v) for k, v in new.landed.items()}),
+            "overtakes_json": dumps(list(new.overtakes)),
             "updated_at_ms": now_ms,
         },
     )

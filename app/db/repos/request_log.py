@@ -34,7 +34,7 @@ from app.db.tables import request_summaries as sum_t
 from app.domain.entities import RequestLog, RequestSummary
 from app.domain.errors import AlreadyExists, NotFound, ValidationError, VersionMismatch
 from app.domain.materializer import StatusPoint, log_wins
-from app.domain.states import LogType, PublicStatus
+from app.domain.states import LogType, Priority, PublicStatus
 
 ACCEPTING = PublicStatus.ACCEPTING.value
 PERSIST_ATTEMPTS = 10
@@ -54,6 +54,7 @@ def _summary_from_row(r: Any) -> RequestSummary:
         status_timestamp_ms=r.status_timestamp_ms, version=r.version,
         last_error=r.last_error or "", metadata=json.loads(r.metadata_json or "{}"),
         submitted_by=r.submitted_by or "",
+        priority=Priority(r.priority or Priority.NORMAL),
     )
 
 
@@ -72,6 +73,7 @@ def _log_from_row(r: Any) -> RequestLog:
 async def create_summary(
     session: AsyncSession, *, queue: str, request_id: str, change_uris: Sequence[str],
     received_at_ms: int, metadata: dict[str, Any] | None = None, submitted_by: str = "",
+    priority: Priority = Priority.NORMAL,
 ) -> RequestSummary:
     """Record a receipt: summary ``accepting`` (version 1) and one mapping per change URI.
     ``metadata`` is the hidden receipt's own (the land keeps its strategy there, so a
@@ -81,7 +83,7 @@ async def create_summary(
         queue=queue, request_id=request_id, change_uris=tuple(change_uris),
         received_at_ms=received_at_ms, status=ACCEPTING, request_version=0,
         status_timestamp_ms=received_at_ms, version=1, metadata=dict(metadata or {}),
-        submitted_by=submitted_by,
+        submitted_by=submitted_by, priority=priority,
     )
     try:
         await session.execute(sa.insert(sum_t).values(
@@ -89,6 +91,7 @@ async def create_summary(
             received_at_ms=received_at_ms, status=ACCEPTING, request_version=0,
             status_timestamp_ms=received_at_ms, version=1, last_error="",
             metadata_json=_dumps(summary.metadata), submitted_by=submitted_by,
+            priority=priority.value,
         ))
     except IntegrityError as exc:
         raise AlreadyExists(f"request {request_id!r} already exists in queue {queue!r}") from exc

@@ -21,6 +21,7 @@ async def create(session: AsyncSession, *, request: LandRequest, now_ms: int) ->
         queue=request.queue, id=request.id, change_uris_json=dumps(list(request.change_uris)),
         strategy=request.strategy.value, state=request.state.value, version=request.version,
         last_error=request.last_error, created_at_ms=now_ms, updated_at_ms=now_ms,
+        priority=request.priority.value,
     )
     result = await session.execute(stmt)
     return bool(result.rowcount)  # type: ignore[attr-defined]

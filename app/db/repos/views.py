@@ -103,6 +103,14 @@ async def history_of(
     return [_log_from_row(r) for r in (await session.execute(stmt)).all()]
 
 
+async def last_moved_ms(session: AsyncSession, *, queue: str, request_id: str) -> int | None:
+    """When the request's history last grew (its newest status or event), or ``None``."""
+    stmt = sa.select(sa.func.max(log_t.c.timestamp_ms)).where(
+        log_t.c.queue == queue, log_t.c.request_id == request_id)
+    value = (await session.execute(stmt)).scalar()
+    return int(value) if value is not None else None
+
+
 @dataclass(frozen=True, slots=True)
 class LogMark:
     """Where a log row sits: its arrival id, queue and request."""
@@ -151,3 +159,35 @@ async def build_timings(
         .where(build_t.c.queue == queue, build_t.c.id.in_(wanted)))
     return [BuildTiming(r.id, r.status, int(r.created_at_ms), int(r.updated_at_ms))
             for r in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class FinishedCount:
+    """Terminal requests of one status whose status was reached in one bucket."""
+
+    bucket: int
+    status: str
+    count: int
+    wait_sum_ms: int
+    wait_max_ms: int
+
+
+async def finished_by_bucket(
+    session: AsyncSession, *, queue: str, since_ms: int, until_ms: int, bucket_ms: int,
+    received_after_ms: int,
+) -> list[FinishedCount]:
+    """Terminal requests whose status was reached in ``[since_ms, until_ms)``, counted per
+    ``bucket_ms`` bucket (0 = the one starting at ``since_ms``) and status, with the sum
+    and maximum of their receipt-to-status times. Only requests received after
+    ``received_after_ms`` count (it bounds the scan to the status index)."""
+    bucket = ((sum_t.c.status_timestamp_ms - since_ms) // bucket_ms).label("bucket")
+    wait = sum_t.c.status_timestamp_ms - sum_t.c.received_at_ms
+    rows = await session.execute(
+        sa.select(bucket, sum_t.c.status, sa.func.count().label("n"),
+                  sa.func.sum(wait).label("wait_sum"), sa.func.max(wait).label("wait_max"))
+        .where(sum_t.c.queue == queue, sum_t.c.status.in_(TERMINAL),
+               sum_t.c.received_at_ms >= received_after_ms,
+               sum_t.c.status_timestamp_ms >= since_ms, sum_t.c.status_timestamp_ms < until_ms)
+        .group_by(bucket, sum_t.c.status))
+    return [FinishedCount(int(r.bucket), str(r.status), int(r.n), int(r.wait_sum or 0),
+                          int(r.wait_max or 0)) for r in rows]

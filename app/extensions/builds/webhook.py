@@ -61,6 +61,7 @@ from app.domain.errors import InvalidState, NotFound
 from app.domain.states import BuildStatus
 from app.domain.text import check_line, check_text
 from app.extensions.base import BuildReport, BuildRequest, BuildStore, TestedTree
+from app.extensions.builds import runlog
 from app.extensions.builds.signature import SIGNATURE_HEADER, BadSignature, sign, verify
 from app.extensions.git.publish import TreePublisher, build_ref
 from app.extensions.git.tree import TreeRefused
@@ -273,13 +274,7 @@ class WebhookBuildRunner:
             raise InvalidState(f"build {build_id!r} already ended {updated.status.value}")
 
     async def _say(self, build_id: str, line: str) -> None:
-        text = await self.store.get_log(build_id) or ""
-        await self.store.set_log(build_id, f"{text}[sq] {line}\n")
+        await runlog.say(self.store, build_id, line)
 
     async def _end(self, build_id: str, status: BuildStatus, detail: str) -> BuildRun | None:
-        run = await self.store.get(build_id)
-        if run is None or run.status.terminal:
-            return run
-        await self._say(build_id, f"{status.value}: {detail}")
-        return await self.store.update(build_id, now_ms=self.clock(), status=status,
-                                       detail=detail)
+        return await runlog.end(self.store, build_id, status, detail, now_ms=self.clock())

@@ -330,17 +330,26 @@ def ref_problem(ref: str) -> str | None:
     return None
 
 
-def resolve_change(uri: str, repos: Mapping[str, str]) -> GitChange:
-    """Parse a ``git://`` change URI and find its repository; ``ChangeRejected`` if unusable."""
+def resolve_change(uri: str, repos: Mapping[str, str], *,
+                   github: bool = True) -> GitChange:
+    """Parse a ``git://`` change URI (or a ``github://`` one: its ref is the pull
+    request's ``refs/pull/<n>/head``, unless ``github`` is False) and find its
+    repository; ``ChangeRejected`` if unusable."""
     try:
         change = parse_change_uri(uri)
     except ValidationError as exc:
         raise ChangeRejected(f"cannot read change {uri!r}: {exc}") from None
-    if change.scheme != "git" or change.ref is None or change.sha is None:
+    ref = change.ref
+    if github and change.scheme == "github" and change.sha is not None:
+        # a pull request's head is the ref GitHub keeps for it (docs/github.md)
+        ref = f"refs/pull/{change.raw.partition('?')[0].split('/')[-2]}/head"
+    elif change.scheme != "git" or ref is None or change.sha is None:
+        also = " or github://{host}/{owner}/{repo}/pull/{number}/{sha}" if github else ""
         raise ChangeRejected(
-            f"change {uri!r} is not a git:// change; this queue lands git://{{host}}/{{repo}}/"
-            "{percent-encoded ref}/{sha} changes only"
+            f"change {uri!r} is not a git:// change; this queue lands git://{{host}}/"
+            f"{{repo}}/{{percent-encoded ref}}/{{sha}}{also} changes only"
         )
+    assert ref is not None and change.sha is not None
     key = f"{change.host}/{change.repo}"
     location = repos.get(key)
     if location is None:
@@ -349,7 +358,7 @@ def resolve_change(uri: str, repos: Mapping[str, str]) -> GitChange:
             f"change {uri!r} names repository {key!r}, which this queue does not know "
             f"(configured: {known})"
         )
-    problem = ref_problem(change.ref)
+    problem = ref_problem(ref)
     if problem is not None:
-        raise ChangeRejected(f"change {uri!r} names ref {change.ref!r}: {problem}")
-    return GitChange(uri=uri, key=key, location=location, ref=change.ref, sha=change.sha)
+        raise ChangeRejected(f"change {uri!r} names ref {ref!r}: {problem}")
+    return GitChange(uri=uri, key=key, location=location, ref=ref, sha=change.sha)

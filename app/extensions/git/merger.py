@@ -18,6 +18,11 @@ a failed outcome with ``code="untested_tree"``, the tip found, and ``moved`` whe
 tip is no tested build's base (the target moved outside the queue). A merge that
 finds everything already landed pushes nothing and needs no guard.
 
+**Gate.** Right before the push (after the fetch, the apply and the exact-trees guard:
+the last moment before the ref update), a merge asks the spec's ``gate`` (the queue's
+freeze, ``app/controllers/freeze.py``); a non-empty answer pushes nothing and returns
+``code="held"`` with it as the reason, which the merge stage holds, not fails.
+
 Scratch worktrees live in ``<work_dir>/worktrees/<mirror>/<owner>/`` (``gitapply``:
 host, pid, process start and a random part), made and removed under the mirror's lock,
 which is host-wide. Several processes may share ``work_dir``: before it adds one, a
@@ -54,6 +59,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from app.extensions.base import (
+    HELD,
     ChangeRejected,
     MergeOutcome,
     MergeSpec,
@@ -162,10 +168,9 @@ class GitMerger:
                                     commits=applied.commits)
                 if not push:
                     return done
-                if spec.tested is not None and applied.tip != tip:
-                    refused = await self._untested(mirror, tip, applied.tip, spec.tested)
-                    if refused is not None:
-                        return refused
+                refused = await self._refused(spec, mirror, tip, applied.tip)
+                if refused is not None:
+                    return refused
                 if applied.tip == tip or await self._push(mirror, tip, applied.tip):
                     if self.move_head_branches:
                         await self._move_heads(mirror, values, applied)
@@ -176,6 +181,19 @@ class GitMerger:
             f"{self.target_branch} kept moving: gave up pushing {spec.id} after "
             f"{self.max_push_attempts} attempts"
         )
+
+    async def _refused(self, spec: MergeSpec, mirror: GitMirror, tip: str,
+                       new: str) -> MergeOutcome | None:
+        """Why ``new`` must not replace ``tip`` now: untested, or the gate (a freeze),
+        asked last, right before the ref update; None to push."""
+        if new == tip:
+            return None  # everything already landed: nothing to update
+        if spec.tested is not None:
+            refused = await self._untested(mirror, tip, new, spec.tested)
+            if refused is not None:
+                return refused
+        why = await spec.gate() if spec.gate is not None else ""
+        return MergeOutcome(succeeded=False, code=HELD, reason=why) if why else None
 
     async def _untested(self, mirror: GitMirror, tip: str, new: str,
                         tested: tuple[TestedTree, ...]) -> MergeOutcome | None:

@@ -7,8 +7,8 @@ Per call, under the mirror's lock: fetch the target branch and every change's re
 our own bare mirror; each ref must still point at the pinned SHA (else the change is
 rejected as stale). Changed files come from ``git diff --numstat -M`` against the merge
 base with the target (first change of a stack) or the previous change (later ones);
-binary files count 0 lines; a rename is reported under its new path. The author is
-the pinned commit's.
+binary files count 0 lines; a rename is reported under its new path. The author and
+the title (the subject line) are the pinned commit's.
 
 Rejected (``ChangeRejected``): a non-git URI, an unknown repository, an unsafe ref, a
 ref that no longer exists or has moved. Git or network failures propagate (retryable).
@@ -56,7 +56,8 @@ class GitChangeProvider:
         )
 
     async def get(self, queue: str, change_uris: Sequence[str]) -> list[ChangeDetails]:
-        changes = [resolve_change(uri, self.repos) for uri in change_uris]
+        # github:// changes are the github provider's (their pull request's checks)
+        changes = [resolve_change(uri, self.repos, github=False) for uri in change_uris]
         if not changes:
             return []
         keys = {c.key for c in changes}
@@ -105,12 +106,14 @@ async def details(mirror: GitMirror, change: GitChange, base: str) -> ChangeDeta
     numstat = await mirror.git(
         "diff", "--numstat", "-z", "-M", "--no-ext-diff", "--no-textconv", base, change.sha
     )
-    author = await mirror.git("show", "-s", "--format=%an%x00%ae", change.sha)
-    name, _, email = author.stdout.rstrip("\n").partition("\x00")
+    author = await mirror.git("show", "-s", "--format=%an%x00%ae%x00%s", change.sha)
+    name, _, rest = author.stdout.rstrip("\n").partition("\x00")
+    email, _, subject = rest.partition("\x00")
     return ChangeDetails(
         uri=change.uri,
         author_name=name,
         author_email=email,
+        title=subject.strip()[:500],
         changed_files=tuple(parse_numstat(numstat.stdout)),
     )
 

@@ -33,9 +33,11 @@ class TreePublisher:
         return GitMirror(self.work_dir / "mirrors" / mirror_name(key), repo_url(self.repos[key]),
                          self.work_dir / ".home", self.timeout)
 
-    async def publish(self, request: BuildRequest, build_id: str) -> TestedTree:
-        """Make the build's tree and push it as ``build_ref(build_id)``; raises
-        ``TreeRefused`` when the changes cannot be combined (the build fails)."""
+    async def publish(self, request: BuildRequest, build_id: str, *,
+                      ref: str | None = None) -> TestedTree:
+        """Make the build's tree and push it as ``ref`` (default ``build_ref(build_id)``;
+        the github_checks runner pushes a branch); raises ``TreeRefused`` when the
+        changes cannot be combined (the build fails)."""
         used: list[GitMirror] = []
 
         def mirror_for(key: str) -> GitMirror:
@@ -50,6 +52,6 @@ class TreePublisher:
             mirror = used[-1]
             async with mirror_lock(mirror.path):
                 await mirror.git("push", "--quiet", "--force", "--", mirror.url,
-                                 f"{tree.head}:{build_ref(build_id)}")
+                                 f"{tree.head}:{ref or build_ref(build_id)}")
             return TestedTree(base=tree.base, commit=tree.head, tree=tree.tree,
                               changes=tree.changes, build_id=build_id)

@@ -9,10 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import sqlalchemy as sa
+
 from app.controllers import merge
 from app.controllers.merge import MergeController
+from app.db import tables
 from app.db.repos import epochs as epoch_repo
+from app.db.repos import freezes as freeze_repo
 from app.domain.errors import InvalidState, NotFound
+from app.domain.freeze import FreezeWindowConfig, ManualFreeze
 from app.domain.states import BatchState, LandStrategy, RequestState
 from app.extensions.base import MergeSpec, MergeStep
 from app.extensions.merger.fake import landed_sha
@@ -127,6 +132,34 @@ def commits(*ns: int, second: str = URIS[2][0]) -> dict[str, list[str]]:
 
 SHAS = [landed_sha(u) for u in (*URIS[1], *URIS[2])]
 LIVE = "batch ``merging``, every member live"
+FROZEN = ("batch ``merging``, every member live, the queue frozen "
+          "(``app/controllers/freeze.py``: a manual freeze or a ``freeze_windows`` window), "
+          "unless the freeze has ``allow_hotfix`` and every member is a ``hotfix``")
+
+
+async def in_window(rig: Rig) -> None:
+    """Batch 1 ready to land inside a window of queues.yaml: NOW_MS is 2023-11-14
+    22:13:20 UTC, the window runs 22:13:00-22:13:21."""
+    await batch_in(BatchState.MERGING)(rig)
+    rig.deps.freeze_windows = {"demo": (FreezeWindowConfig(
+        cron="13 22 14 11 *", duration="21s", reason="weekly freeze"),)}
+
+
+def frozen(until_ms: int = 0, *, since_ms: int = NOW_MS - 1000, hotfix: int = 0,
+           allow_hotfix: bool = False) -> Seed:
+    """Batch 1 ready to land in a queue frozen by hand (``until_ms`` 0: until unfrozen);
+    ``hotfix`` of its two members are ``hotfix`` requests."""
+    async def seed(rig: Rig) -> None:
+        await batch_in(BatchState.MERGING)(rig)
+        async with rig.db.write() as s:
+            await freeze_repo.save(s, old=None, new=ManualFreeze(
+                queue="demo", frozen=True, reason="release", by="ops", since_ms=since_ms,
+                until_ms=until_ms, allow_hotfix=allow_hotfix, version=1,
+                updated_at_ms=since_ms, updated_by="ops"))
+            for n in range(1, hotfix + 1):
+                await s.execute(sa.update(tables.requests).where(
+                    tables.requests.c.id == f"demo/{n}").values(priority="hotfix"))
+    return seed
 ENDED = "batch ``merging``, a member terminal or missing"
 
 TABLE = StateTable(merge, [
@@ -148,6 +181,24 @@ TABLE = StateTable(merge, [
     Case(LIVE, batch_in(BatchState.MERGING), MSG, name="a-lost-lease-never-pushes",
          delivery={"lease_lost": True}, raises=LeaseLost, published=LANDING,
          check=not_merged()),
+    # Frozen: held (no attempt), nothing logged, merged or published; the batch stays.
+    Case(FROZEN, frozen(), MSG, name="frozen-until-unfrozen-is-held-for-the-recheck",
+         published=[], held=2000, writes_nothing=True, check=not_merged()),
+    Case(FROZEN, frozen(NOW_MS + 500), MSG, name="frozen-until-soon-is-held-until-then",
+         published=[], held=500, writes_nothing=True, check=not_merged()),
+    Case(FROZEN, in_window, MSG, name="a-window-holds-until-it-ends", published=[], held=1000,
+         writes_nothing=True, check=not_merged()),
+    Case(FROZEN, frozen(hotfix=2), MSG, name="hotfixes-wait-without-allow-hotfix",
+         published=[], held=2000, writes_nothing=True, check=not_merged()),
+    Case(FROZEN, frozen(hotfix=1, allow_hotfix=True), MSG,
+         name="a-normal-member-holds-a-hotfix-batch", published=[], held=2000,
+         writes_nothing=True, check=not_merged()),
+    Case(LIVE, frozen(hotfix=2, allow_hotfix=True), MSG,
+         name="a-batch-of-hotfixes-lands-through-allow-hotfix", published=[*LANDING, SIGNAL],
+         check=merged({"outcome": "succeeded", "outputs": SHAS, "commits": commits(1, 2)})),
+    Case(LIVE, frozen(NOW_MS), MSG, name="a-freeze-whose-until-passed-lands",
+         published=[*LANDING, SIGNAL],
+         check=merged({"outcome": "succeeded", "outputs": SHAS, "commits": commits(1, 2)})),
     *[Case(ENDED, batch_in(BatchState.MERGING, (st, 4)), MSG, name=f"member-{st.value}",
            published=[SIGNAL], writes_nothing=True, check=refused(f"demo/2 is {st.value}"))
       for st in (RequestState.ERROR, RequestState.LANDED, RequestState.CANCELLED)],

@@ -21,7 +21,9 @@ from app.controllers import speculate
 from app.controllers.speculate import SpeculateController
 from app.db.repos import batches as batch_repo
 from app.db.repos import epochs as epoch_repo
+from app.db.repos import freezes as freeze_repo
 from app.domain.errors import NotFound
+from app.domain.freeze import ManualFreeze
 from app.domain.states import BatchState, BuildStatus, PathStatus, RequestState
 from app.speculation.core import NO_PATH_PASSED
 from tests.conftest import BACKENDS
@@ -81,6 +83,20 @@ TERMINAL_LIVE = "batch terminal, some member not terminal"
 OUTDATED = ("``speculating``, a path passed or building in an older trunk epoch (its build "
             "ran on a tip the target no longer has: it moved outside the queue)")
 NOTHING_YET = "batch ``creating`` / ``speculating`` / ``cancelling``"
+
+NO_BUILDS = "any, the queue frozen with ``allow_builds`` false (``app/controllers/freeze.py``)"
+
+
+def frozen(seed: Any) -> Any:
+    """``seed``, in a queue frozen by hand with ``allow_builds`` false."""
+    async def frozen_seed(rig: Any) -> None:
+        await seed(rig)
+        async with rig.db.write() as s:
+            await freeze_repo.save(s, old=None, new=ManualFreeze(
+                queue="demo", frozen=True, reason="incident", by="ops", since_ms=1,
+                allow_builds=False, version=1, updated_at_ms=1))
+    return frozen_seed
+
 
 TABLE = StateTable(speculate, [
     # -- the pre-step ---------------------------------------------------------------
@@ -185,6 +201,12 @@ TABLE = StateTable(speculate, [
                     dispatched(2, P2F, bypass=True, overtaken=[batch_id(1)], rebuilds=1),
                     entries_are(1, (P1, PathStatus.CANCELLING, 1),
                                 (path(1, (2, S)), PENDING, 1)))),
+    # Frozen without builds: nothing is funded, a retry is written but not dispatched.
+    Case(NO_BUILDS, frozen(queue(B(1, SPEC))), msg(1), name="frozen-funds-nothing",
+         published=[], writes_nothing=True),
+    Case(NO_BUILDS, frozen(queue(B(1, SPEC, entries=(E(P1, BUILDING, BuildStatus.ERRORED),)))),
+         msg(1), name="frozen-retry-waits-undispatched", published=[],
+         check=both(entries_are(1, (P1, PENDING, 2)))),
     # Its live path holds the only slot: batch 2 waits.
     Case("``merging``", queue(B(1, MERGING, entries=(E(P1, BUILDING, BuildStatus.RUNNING),)),
                               B(2, SPEC), budget=1), msg(2), name="holds-its-budget",
@@ -197,7 +219,7 @@ def test_every_documented_row_has_a_case() -> None:
 
 def test_both_tables_are_read() -> None:
     rows = TABLE.rows()
-    assert "batch missing" in rows and "``merging``" in rows and len(rows) == 11
+    assert "batch missing" in rows and "``merging``" in rows and len(rows) == 12
 
 
 @pytest.mark.parametrize("database_url", BACKENDS, indirect=True)

@@ -1,0 +1,1 @@
+"""GitHub: the ``github`` change provider, its client, and a fake GitHub (docs/github.md)."""

@@ -1,0 +1,136 @@
+"""The ``github_checks`` build runner: GitHub's required checks are the builds.
+
+- **Trigger**: the speculative tree is made locally by the code the webhook runner uses
+  (``TreePublisher``: the strategies' shape, as the merger lands it) and pushed as the
+  branch ``sq/<queue>/<path id>-<attempt>``; CI runs on that push. The run is recorded
+  before the push and the tree once pushed, so a redelivered trigger pushes nothing new.
+- **Status**: polled (``status`` is asked by the build stage's holds): the check-runs and
+  commit statuses GitHub has for the pushed commit, read against the queue's required
+  checks by ``checks.verdict`` (a failed check fails the build; a cancelled or timed-out
+  one errors it; no required check within ``checks_start_timeout_s`` errors it with
+  ``no_ci_started`` naming the checks and the fix; ``timeout_s`` after the trigger, an
+  unfinished build errors).
+- **Cancel**: records ``cancelled`` and deletes the branch (its workflow runs are not
+  cancelled: not built yet).
+- A finished build's branch is deleted too (best effort).
+
+Not built yet: check_run / check_suite / status webhooks (polling only), reading the
+required checks from branch protection or rulesets, and counting a pull request's own
+passed checks instead of building again ("no CI paid twice").
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+from app.domain.build_run import BuildRun
+from app.domain.errors import NotFound
+from app.domain.states import BuildStatus
+from app.extensions.base import BuildReport, BuildRequest, BuildStore
+from app.extensions.builds import runlog
+from app.extensions.git.publish import TreePublisher
+from app.extensions.git.tree import TreeRefused
+from app.extensions.github.checks import verdict
+from app.extensions.github.client import GitHubClient
+
+log = logging.getLogger("submitqueue.github")
+RUNNER = "github_checks"
+
+
+def _wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class GitHubChecksRunner:
+    def __init__(self, *, queue: str, publisher: TreePublisher, client: GitHubClient,
+                 store: BuildStore, checks: Sequence[str], start_timeout_s: float,
+                 timeout_s: float) -> None:
+        self.queue = queue
+        self.publisher = publisher
+        self.client = client
+        self.store = store
+        self.checks = tuple(checks)
+        self.start_timeout_s = start_timeout_s
+        self.timeout_s = timeout_s
+        self.clock = _wall_clock_ms
+
+    def branch(self, request_or_run: BuildRequest | BuildRun) -> str:
+        r = request_or_run
+        return f"sq/{self.queue}/{r.path_id}-{r.attempt}"
+
+    async def trigger(self, request: BuildRequest) -> str:
+        build_id = request.build_id("gh")
+        run = await self.store.get(build_id)
+        if run is None:
+            now = self.clock()
+            await self.store.create(BuildRun(
+                id=build_id, queue=request.queue, runner=RUNNER, batch_id=request.batch_id,
+                path_id=request.path_id, attempt=request.attempt, status=BuildStatus.ACCEPTED,
+                heartbeat_ms=now, created_at_ms=now, updated_at_ms=now))
+            run = await self.store.get(build_id)
+        if run is None or run.tested is not None or run.status.terminal:
+            return build_id  # pushed already (a redelivered trigger), or ended
+        branch = self.branch(request)
+        try:
+            tested = await self.publisher.publish(request, build_id, ref=f"refs/heads/{branch}")
+        except TreeRefused as exc:
+            await self._end(build_id, BuildStatus.FAILED, str(exc))
+            return build_id
+        await self.store.update(build_id, now_ms=self.clock(), tested=tested)
+        await self._say(build_id, f"tree {tested.commit} pushed to {branch} (on "
+                        f"{tested.base}); waiting for {', '.join(self.checks)}")
+        return build_id
+
+    async def status(self, build_id: str) -> BuildReport:
+        run = await self.store.get(build_id)
+        if run is None:
+            raise NotFound(f"build {build_id!r} is unknown to the github_checks runner of "
+                           f"queue {self.queue!r}")
+        if not run.status.terminal and run.tested is not None:
+            run = await self._poll(run)
+        elif not run.status.terminal and self._waited_s(run) > self.timeout_s:
+            run = await self._end(build_id, BuildStatus.ERRORED,
+                                  "the tree was never pushed") or run
+        return BuildReport(run.status, log_url=run.log_url, detail=run.detail,
+                           tested=run.tested)
+
+    def _waited_s(self, run: BuildRun) -> float:
+        return (self.clock() - run.created_at_ms) / 1000
+
+    async def _poll(self, run: BuildRun) -> BuildRun:
+        assert run.tested is not None
+        seen = await self.client.checks(run.tested.commit)
+        status, detail = verdict(self.checks, seen, waited_s=self._waited_s(run),
+                                 start_timeout_s=self.start_timeout_s, branch=self.branch(run))
+        if not status.terminal and self._waited_s(run) > self.timeout_s:
+            status, detail = BuildStatus.ERRORED, (
+                f"the required checks did not finish within {self.timeout_s:g} s ({detail})")
+        if status.terminal:
+            ended = await self._end(run.id, status, detail) or run
+            await self._forget_branch(run)
+            return ended
+        if status is BuildStatus.RUNNING and run.status is not BuildStatus.RUNNING:
+            await self._say(run.id, detail)
+            return await self.store.update(run.id, now_ms=self.clock(), status=status,
+                                           detail=detail) or run
+        return run
+
+    async def cancel(self, build_id: str) -> None:
+        run = await self._end(build_id, BuildStatus.CANCELLED, "cancelled by SubmitQueue")
+        if run is not None:
+            await self._forget_branch(run)
+
+    async def _forget_branch(self, run: BuildRun) -> None:
+        try:
+            await self.client.delete_branch(self.branch(run))
+        except Exception as exc:  # best effort: a leftover branch harms nothing
+            log.warning("could not delete a queue branch", exc_info=exc,
+                        extra={"queue": self.queue, "build_id": run.id})
+
+    async def _say(self, build_id: str, line: str) -> None:
+        await runlog.say(self.store, build_id, line)
+
+    async def _end(self, build_id: str, status: BuildStatus, detail: str) -> BuildRun | None:
+        return await runlog.end(self.store, build_id, status, detail, now_ms=self.clock())

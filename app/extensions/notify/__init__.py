@@ -1,0 +1,1 @@
+"""Outbound notification sinks (``docs/notifications.md``)."""

@@ -1,0 +1,330 @@
+"""GitHub's webhook into land and cancel requests, through the same gateway path as REST
+(``landing.accept``, ``requests.cancel``). HTTP lives in ``app/api/github.py``.
+
+1. **Signature.** ``X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the raw body>``,
+   keyed with a queue's ``github.webhook_secret_env``; compared with
+   ``hmac.compare_digest`` against every configured secret. Only the queues whose
+   secret matched may be acted on. No match -> ``BadSignature`` (401).
+2. **Deduplication.** The ``X-GitHub-Delivery`` id is claimed in ``github_deliveries``
+   before anything is done (a redelivery is answered ``duplicate`` and changes
+   nothing), settled with the outcome afterwards, and released again if acting
+   failed (503), so that GitHub's "Redeliver" can try again.
+3. **Intent** (``app/domain/github_events.py``, pure), per matched queue serving the
+   payload's repository.
+4. **Act.** A land: the change URI ``github://{host}/{repo}/pull/{n}/{head}`` (the
+   current head, read through the API for a comment command) through
+   ``landing.accept`` with the actor ``github:<login>``; a refusal the REST route would
+   answer with a 4xx (already queued, already landed, quota) is reported in the
+   outcome, not raised. A cancel: every live request of the queue whose changes
+   include that URI, through ``requests.cancel`` with the reason. Comment commands
+   first check the commenter's permission (write, maintain or admin) through the API.
+
+**Resync** (``GitHubResync``, the scheduler's ``github-resync`` job): GitHub does not
+retry a delivery that failed or was lost, so every ``SQ_GITHUB_RESYNC_MS`` each queue
+with a ``github`` block lists its open pull requests into the target branch and lands
+each ready one that carries ``land_label`` at a head the queue never saw (no request
+ever carried that change URI), through the same ``landing.accept``. A head submitted
+before is left alone whatever became of it (a failed build is not paid for again every
+interval; a new push or a new label is a new submission), a race with a delivery is
+settled by the change claim, so a resync that finds nothing lost changes nothing and
+several processes may run it at once.
+It does not (yet) cancel requests of pull requests that lost their label meanwhile.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from app.db.repos import github_deliveries as deliveries
+from app.db.repos import request_log
+from app.domain.access import Principal, Scope
+from app.domain.errors import (
+    BadSignature,
+    ChangeInFlight,
+    ChangeLanded,
+    ChangeRejected,
+    QuotaExceeded,
+    ServiceUnavailable,
+    ValidationError,
+)
+from app.domain.github_config import GitHubConfig
+from app.domain.github_events import Intent, intent
+from app.domain.queue_config import QueueConfig
+from app.domain.states import PublicStatus
+from app.extensions.base import QueueExtensions
+from app.gateway import landing
+from app.gateway import requests as gateway
+from app.gateway.landing import LandRuntime
+
+log = logging.getLogger("submitqueue.gateway")
+
+SIGNATURE_HEADER = "X-Hub-Signature-256"
+_SIG = re.compile(r"^sha256=([0-9a-fA-F]{64})$")
+_DELIVERY = re.compile(r"^[A-Za-z0-9._:-]{1,100}$")
+_TERMINAL = frozenset(s.value for s in PublicStatus if s.terminal)
+WRITE = frozenset({"admin", "maintain", "write"})
+
+
+@runtime_checkable
+class PullRequests(Protocol):
+    """What the webhook asks of a queue's ``github`` change provider."""
+
+    async def permission(self, login: str) -> str: ...
+
+    async def head(self, number: int) -> tuple[str, str]:
+        """The pull request's current ``(head sha, base branch)``."""
+        ...
+
+    async def labelled(self, label: str) -> list[tuple[int, str, str]]:
+        """``(number, head sha, base branch)`` of the open, ready pull requests into the
+        target branch that carry ``label``."""
+        ...
+
+
+class _Extensions(Protocol):
+    def for_queue(self, name: str) -> QueueExtensions: ...
+
+
+class GitHubRuntime(LandRuntime, Protocol):
+    """What the webhook needs (the composition root's ``Runtime`` offers it)."""
+
+    @property
+    def queues(self) -> Mapping[str, QueueConfig]: ...
+
+    @property
+    def extensions(self) -> _Extensions: ...
+
+
+@dataclass
+class Outcome:
+    queue: str
+    action: str  # landed | cancelled | refused | ignored
+    detail: str
+    sqids: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"queue": self.queue, "action": self.action, "detail": self.detail,
+                "sqids": self.sqids}
+
+
+@dataclass
+class WebhookResult:
+    delivery: str
+    event: str
+    duplicate: bool = False
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"delivery": self.delivery, "event": self.event, "duplicate": self.duplicate,
+                "outcomes": [o.to_json() for o in self.outcomes]}
+
+
+def signed_queues(configs: Mapping[str, QueueConfig], body: bytes,
+                  header: str | None) -> list[str]:
+    """The queues whose webhook secret signed ``body`` (``BadSignature`` if none did)."""
+    keyed = [(name, os.environ.get(cfg.github.webhook_secret_env, ""))
+             for name, cfg in configs.items()
+             if cfg.github is not None and cfg.github.webhook_secret_env]
+    keyed = [(name, secret) for name, secret in keyed if secret]
+    if not keyed:
+        raise BadSignature("no queue takes GitHub webhooks: set github.webhook_secret_env in "
+                           "queues.yaml to the variable holding the webhook's secret, and "
+                           "export it")
+    m = _SIG.match((header or "").strip())
+    if m is None:
+        raise BadSignature(f"the {SIGNATURE_HEADER} header is missing or malformed; GitHub "
+                           "sends sha256=<64 hex digits> when the webhook has a secret: set "
+                           "the same secret on the webhook as in the queue's "
+                           "github.webhook_secret_env")
+    given = m.group(1).lower().encode()
+    matched = []
+    for name, secret in keyed:  # every secret is compared, in constant time each
+        mac = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest().encode()
+        if hmac.compare_digest(mac, given):
+            matched.append(name)
+    if not matched:
+        raise BadSignature(f"the {SIGNATURE_HEADER} signature does not match any queue's "
+                           "webhook secret: the webhook's secret must equal the value of the "
+                           "queue's github.webhook_secret_env, and the body must arrive as "
+                           "GitHub sent it")
+    return matched
+
+
+def parse_body(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise ValidationError("the webhook body is not JSON; set the webhook's content type "
+                              "to application/json") from None
+
+
+def check_delivery(delivery: str | None) -> str:
+    if delivery is None or not _DELIVERY.match(delivery):
+        raise ValidationError("the X-GitHub-Delivery header is missing or not an id (1-100 "
+                              "of [A-Za-z0-9._:-]); GitHub sends one with every delivery")
+    return delivery
+
+
+def change_uri(config: GitHubConfig, number: int, head: str) -> str:
+    return f"github://{config.host}/{config.repository}/pull/{number}/{head}"
+
+
+async def handle(runtime: GitHubRuntime, *, event: str, delivery: str | None, body: bytes,
+                 signature: str | None) -> WebhookResult:
+    """Verify, deduplicate and act on one delivery (module docstring)."""
+    matched = signed_queues(runtime.queues, body, signature)
+    delivery = check_delivery(delivery)
+    payload = parse_body(body)
+    result = WebhookResult(delivery=delivery, event=event)
+    async with runtime.db.write() as s:
+        fresh = await deliveries.claim(s, delivery_id=delivery, event=event[:50],
+                                       now_ms=runtime.broker.clock())
+    if not fresh:
+        result.duplicate = True
+        return result
+    try:
+        for name in matched:
+            outcome = await _for_queue(runtime, name, event, payload)
+            if outcome is not None:
+                result.outcomes.append(outcome)
+    except BaseException:
+        async with runtime.db.write() as s:
+            await deliveries.release(s, delivery_id=delivery)
+        raise
+    summary = "; ".join(f"{o.queue}: {o.action} ({o.detail})" for o in result.outcomes)
+    async with runtime.db.write() as s:
+        await deliveries.settle(s, delivery_id=delivery, outcome=summary or "nothing to do")
+    return result
+
+
+async def _for_queue(runtime: GitHubRuntime, name: str, event: str,
+                     payload: Any) -> Outcome | None:
+    try:
+        return await _act(runtime, name, event, payload)
+    except ChangeRejected as exc:
+        return Outcome(name, "refused", str(exc))
+    except Exception as exc:
+        if getattr(exc, "dependency_kind", None) != "github":
+            raise
+        raise ServiceUnavailable(f"GitHub did not answer ({exc}); nothing was done: "
+                                 "redeliver the webhook once GitHub answers") from exc
+
+
+async def _act(runtime: GitHubRuntime, name: str, event: str, payload: Any) -> Outcome | None:
+    config = runtime.queues[name]
+    gh = config.github
+    assert gh is not None  # signed_queues only names queues with a github block
+    wanted = intent(event, payload, land_label=gh.land_label)  # InvalidPayload: 400
+    if wanted is None:
+        return None
+    if wanted.repository.lower() != gh.repository.lower():
+        return Outcome(name, "ignored", f"this queue serves {gh.repository}, not "
+                                        f"{wanted.repository}")
+    provider = runtime.extensions.for_queue(name).provider
+    if not isinstance(provider, PullRequests):
+        return Outcome(name, "ignored", "the queue's change provider is not github")
+    if wanted.needs_write:
+        level = await provider.permission(wanted.sender)
+        if level not in WRITE:
+            return Outcome(name, "refused", f"@{wanted.sender} has {level} access to "
+                           f"{gh.repository}; /submitqueue commands need write access")
+    if wanted.action == "land":
+        return await _land(runtime, name, config, gh, wanted, provider)
+    return await _cancel(runtime, name, gh, wanted, provider)
+
+
+async def _land(runtime: GitHubRuntime, name: str, config: QueueConfig, gh: GitHubConfig,
+                wanted: Intent, provider: PullRequests) -> Outcome:
+    head, base = wanted.head_sha, wanted.base_ref
+    if not head:
+        head, base = await provider.head(wanted.number)
+    if base != gh.target_branch:
+        return Outcome(name, "ignored", f"pull request #{wanted.number} targets {base!r}; "
+                                        f"this queue lands on {gh.target_branch!r}")
+    uri = change_uri(gh, wanted.number, head)
+    try:
+        landed = await landing.accept(runtime, queue=name, config=config, change_uris=[uri],
+                                      strategy=None, key=None,
+                                      actor=f"github:{wanted.sender}"[:100])
+    except (ChangeInFlight, ChangeLanded, QuotaExceeded, ValidationError) as exc:
+        return Outcome(name, "refused", str(exc))
+    return Outcome(name, "landed", f"pull request #{wanted.number} at {head[:12]} queued",
+                   [landed.sqid])
+
+
+async def _cancel(runtime: GitHubRuntime, name: str, gh: GitHubConfig, wanted: Intent,
+                  provider: PullRequests) -> Outcome:
+    head = wanted.head_sha or (await provider.head(wanted.number))[0]
+    uri = change_uri(gh, wanted.number, head)
+    async with runtime.db.read() as s:
+        found = await request_log.summaries_by_change_uri(s, queue=name, change_uri=uri)
+    live = [r.request_id for r in found if r.status not in _TERMINAL]
+    if not live:
+        return Outcome(name, "ignored", f"no live request carries pull request "
+                                        f"#{wanted.number} at {head[:12]}")
+    caller = Principal(actor=f"github:{wanted.sender}"[:100],
+                       scopes=frozenset({Scope.CANCEL_ANY}))
+    for sqid in live:
+        await gateway.cancel(runtime, queue=name, sqid=sqid, reason=wanted.reason,
+                             caller=caller)
+    return Outcome(name, "cancelled", wanted.reason, live)
+
+
+
+class GitHubResync:
+    """The ``github-resync`` job: land what a lost delivery left unqueued (module
+    docstring). ``run`` returns the outcomes per queue (for tests and logs)."""
+
+    def __init__(self, runtime: GitHubRuntime) -> None:
+        self.runtime = runtime
+
+    def queues(self) -> list[str]:
+        return [name for name, cfg in self.runtime.queues.items() if cfg.github is not None
+                and cfg.change_provider.type == "github"]
+
+    async def run(self) -> dict[str, list[Outcome]]:
+        out: dict[str, list[Outcome]] = {}
+        for name in self.queues():
+            try:
+                out[name] = await self._queue(name)
+            except Exception as exc:  # one queue's GitHub trouble must not stop the others
+                if getattr(exc, "dependency_kind", None) != "github":
+                    raise
+                log.warning("github resync: GitHub did not answer", exc_info=exc,
+                            extra={"queue": name})
+        return out
+
+    async def _queue(self, name: str) -> list[Outcome]:
+        config = self.runtime.queues[name]
+        gh = config.github
+        assert gh is not None
+        provider = self.runtime.extensions.for_queue(name).provider
+        if not isinstance(provider, PullRequests):
+            return []
+        outcomes = []
+        for number, head, base in await provider.labelled(gh.land_label):
+            uri = change_uri(gh, number, head)
+            async with self.runtime.db.read() as s:
+                seen = await request_log.summaries_by_change_uri(s, queue=name,
+                                                                 change_uri=uri, limit=1)
+            if seen:  # this head was submitted before (whatever became of it): not lost
+                outcomes.append(Outcome(name, "ignored", f"pull request #{number} at "
+                                        f"{head[:12]} was submitted before as "
+                                        f"{seen[0].request_id} ({seen[0].status})"))
+                continue
+            wanted = Intent("land", gh.repository, number, "submitqueue-resync",
+                            head_sha=head, base_ref=base)
+            outcome = await _land(self.runtime, name, config, gh, wanted, provider)
+            if outcome.action == "landed":
+                log.info("github resync landed a pull request a lost delivery left out",
+                         extra={"queue": name, "sqid": outcome.sqids[0]})
+            outcomes.append(outcome)
+        return outcomes

@@ -1,0 +1,192 @@
+"""A queue of pull requests end to end: the real app with a ``github`` queue in
+queues.yaml, the fake GitHub served on its own port, webhook deliveries signed and sent
+to the server. The pipeline reads each pull request through the API (fake builds, the
+noop merger: landing on GitHub is not built yet, docs/github.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.extensions.github.fake import FakeGitHub
+from tests.conftest import BACKENDS
+from tests.e2e.harness import serve
+from tests.support.fake_github import serve_fake_github
+from tests.support.polls import wait_for
+
+pytestmark = [
+    pytest.mark.parametrize("database_url", BACKENDS, indirect=True),
+    pytest.mark.timeout(60),
+]
+
+SECRET = b"e2e-webhook-secret"
+QUEUES = """
+queues:
+  - name: widgets
+    change_provider: {type: github}
+    build_runner: {type: fake}
+    merger: {type: noop}
+    github:
+      repository: acme/widgets
+      api_url: {api}
+      token_env: SQ_E2E_GITHUB_TOKEN
+      webhook_secret_env: SQ_E2E_GITHUB_WEBHOOK_SECRET
+      require_approval: true
+"""
+
+
+@pytest.fixture
+def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeGitHub]:
+    monkeypatch.setenv("SQ_E2E_GITHUB_TOKEN", "fake-token")
+    monkeypatch.setenv("SQ_E2E_GITHUB_WEBHOOK_SECRET", SECRET.decode())
+    with serve_fake_github(tmp_path / "widgets.git") as served:
+        (tmp_path / "queues.yaml").write_text(QUEUES.replace("{api}", served.base_url))
+        yield served
+
+
+async def label(fake: FakeGitHub, base_url: str, number: int) -> httpx.Response:
+    return await fake.deliver(f"{base_url}/api/v1/github/webhook", "pull_request",
+                              fake.pull_request_event(number, "labeled", label="merge-queue"),
+                              secret=SECRET)
+
+
+async def test_labelled_pull_requests_are_read_and_checked_by_the_pipeline(
+        database_url: str, tmp_path: Path, fake: FakeGitHub) -> None:
+    good = fake.open_pull({"src/a.py": "print('a')\n"}, title="Add a", author="mona")
+    fake.review(good.number, "hubot")
+    draft = fake.open_pull({"src/b.py": "print('b')\n"}, title="Add b", draft=True)
+    fake.review(draft.number, "hubot")
+    unapproved = fake.open_pull({"src/c.py": "print('c')\n"}, title="Add c")
+    async with serve(database_url, tmp_path) as server:
+        sqids = []
+        for pull in (good, draft, unapproved):
+            r = await label(fake, server.base_url, pull.number)
+            assert r.status_code == 200, r.text
+            sqids += r.json()["outcomes"][0]["sqids"]
+        assert sqids == ["widgets/1", "widgets/2", "widgets/3"]
+        assert await server.wait_terminal("widgets/1") == "landed"
+        assert await server.wait_terminal("widgets/2") == "error"
+        assert await server.wait_terminal("widgets/3") == "error"
+        assert "is a draft; mark it ready" in (await server.summary("widgets/2"))["last_error"]
+        assert "requires an approving review" in \
+            (await server.summary("widgets/3"))["last_error"]
+        landed = await server.summary("widgets/1")
+        assert landed["submitted_by"] == "github:octocat"
+        assert landed["change_uris"] == [
+            f"github://github.com/acme/widgets/pull/1/{good.head_sha}"]
+    assert set(fake.api_versions) == {"2022-11-28"}
+
+
+async def test_a_lost_delivery_is_recovered_by_the_resync(
+        database_url: str, tmp_path: Path, fake: FakeGitHub) -> None:
+    pull = fake.open_pull({"src/lost.py": "print('lost')\n"}, title="Lost")
+    fake.review(pull.number, "hubot")
+    pull.labels.append("merge-queue")  # labelled; the delivery never reached the server
+    async with serve(database_url, tmp_path, github_resync_ms=1000) as server:
+        async def queued() -> bool:
+            r = await server.client.get("/api/v1/queues/widgets/requests/1")
+            return r.status_code == 200
+
+        await wait_for(queued, "the resync to land the labelled pull request", timeout=10)
+        assert await server.wait_terminal("widgets/1") == "landed"
+        summary = await server.summary("widgets/1")
+    assert summary["submitted_by"] == "github:submitqueue-resync"
+    assert summary["change_uris"] == [
+        f"github://github.com/acme/widgets/pull/1/{pull.head_sha}"]
+
+
+GIT_QUEUES = """
+queues:
+  - name: widgets
+    change_provider: {type: github}
+    build_runner: {type: fake}
+    merger: {type: MERGER}
+    default_strategy: merge
+    git: {repository: ./widgets.git, repo_key: github.com/acme/widgets, target_branch: main}
+    github:
+      repository: acme/widgets
+      api_url: {api}
+      token_env: SQ_E2E_GITHUB_TOKEN
+      webhook_secret_env: SQ_E2E_GITHUB_WEBHOOK_SECRET
+"""
+
+
+@pytest.mark.parametrize("merger", ["git", "github"])
+async def test_pull_requests_land_on_the_repository(
+        database_url: str, tmp_path: Path, fake: FakeGitHub, merger: str) -> None:
+    """The git merger lands github:// changes (their refs/pull/<n>/head) by git push, the
+    github merger by the API's fast-forward (never forced): the pull requests' commits
+    reach main and GitHub (here the fake) sees them merged."""
+    (tmp_path / "queues.yaml").write_text(
+        GIT_QUEUES.replace("{api}", fake.base_url).replace("MERGER", merger))
+    one = fake.open_pull({"src/one.py": "1\n"}, title="One")
+    two = fake.open_pull({"docs/two.md": "2\n"}, title="Two")
+    async with serve(database_url, tmp_path) as server:
+        for pull in (one, two):
+            r = await label(fake, server.base_url, pull.number)
+            assert r.json()["outcomes"][0]["action"] == "landed", r.text
+        assert await server.wait_all_terminal(["widgets/1", "widgets/2"], queue="widgets") == {
+            "widgets/1": "landed", "widgets/2": "landed"}
+    tip = fake.tip()
+    assert fake.repo.is_ancestor(one.head_sha, tip) and fake.repo.is_ancestor(two.head_sha, tip)
+    assert fake.repo.out("log", "-1", "--format=%B", tip).count("Source-Ref: refs/pull/") == 1
+    assert [fake.pull_json(n)["merged"] for n in (1, 2)] == [True, True]
+    if merger == "github":  # one fast-forward per landed batch, each through the API
+        assert fake.ref_updates and all(
+            (ref, force, status) == ("refs/heads/main", False, 200)
+            for ref, _, force, status in fake.ref_updates)
+        assert fake.ref_updates[-1][1] == tip
+    else:
+        assert fake.ref_updates == []
+
+
+CHECKS_QUEUES = """
+queues:
+  - name: widgets
+    change_provider: {type: github}
+    build_runner: {type: github_checks, checks: [test], checks_start_timeout_s: 30}
+    merger: {type: github}
+    default_strategy: merge
+    git: {repository: ./widgets.git, repo_key: github.com/acme/widgets, target_branch: main}
+    github:
+      repository: acme/widgets
+      api_url: {api}
+      token_env: SQ_E2E_GITHUB_TOKEN
+      webhook_secret_env: SQ_E2E_GITHUB_WEBHOOK_SECRET
+"""
+
+
+async def test_required_checks_are_the_builds_and_the_tested_commit_lands(
+        database_url: str, tmp_path: Path, fake: FakeGitHub) -> None:
+    """github_checks runner + github merger: each path's tree is pushed as a sq/ branch,
+    the fake's CI reports the check "test" on it (failing on a BROKEN line), passed
+    trees land by the API's fast-forward and the failing pull request is removed."""
+    (tmp_path / "queues.yaml").write_text(CHECKS_QUEUES.replace("{api}", fake.base_url))
+    fake.simulate_ci("test")
+    pulls = [fake.open_pull({"one/a.txt": "fine\n"}, title="One"),
+             fake.open_pull({"two/b.txt": "BROKEN\n"}, title="Two"),
+             fake.open_pull({"three/c.txt": "fine\n"}, title="Three")]
+    async with serve(database_url, tmp_path) as server:
+        for pull in pulls:
+            r = await label(fake, server.base_url, pull.number)
+            assert r.json()["outcomes"][0]["action"] == "landed", r.text
+        sqids = ["widgets/1", "widgets/2", "widgets/3"]
+        assert await server.wait_all_terminal(sqids, queue="widgets", timeout=45) == {
+            "widgets/1": "landed", "widgets/2": "error", "widgets/3": "landed"}
+        error = (await server.summary("widgets/2"))["last_error"]
+        assert "every candidate build failed" in error
+        build = error.split("last builds: ")[1].split(" ")[0]
+        log = await server.client.get(f"/api/v1/builds/{build}/log")
+        assert "failed: check 'test' failed: " in log.text, log.text
+    tip = fake.tip()
+    assert fake.repo.is_ancestor(pulls[0].head_sha, tip)
+    assert fake.repo.is_ancestor(pulls[2].head_sha, tip)
+    assert not fake.repo.is_ancestor(pulls[1].head_sha, tip)
+    assert [fake.pull_json(n)["merged"] for n in (1, 2, 3)] == [True, False, True]
+    tested = {c["head_sha"] for c in fake.check_runs if c["conclusion"] == "success"}
+    assert tip in tested  # main is exactly a commit whose required check passed
+    assert all(not force for _, _, force, _ in fake.ref_updates)
+    assert fake.repo.git("for-each-ref", "refs/heads/sq/").stdout == ""

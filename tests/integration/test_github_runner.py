@@ -1,0 +1,112 @@
+"""The ``github_checks`` runner against the served fake GitHub and its simulated CI: each
+build's tree is pushed as ``sq/<queue>/<path>-<attempt>`` to the real repository and
+its verdict is the required checks GitHub reports on that commit."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from app.domain.github_config import GitHubConfig
+from app.domain.states import BuildStatus, LandStrategy
+from app.extensions.base import BuildRequest, MergeStep
+from app.extensions.builds.memory import MemoryBuildStore
+from app.extensions.git.publish import TreePublisher
+from app.extensions.github.client import Credentials, GitHubClient
+from app.extensions.github.fake import FakeGitHub
+from app.extensions.github.runner import GitHubChecksRunner
+from tests.support.fake_github import serve_fake_github
+
+KEY = "github.com/acme/widgets"
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> Iterator[FakeGitHub]:
+    with serve_fake_github(tmp_path / "widgets.git") as served:
+        yield served
+
+
+def runner(fake: FakeGitHub, tmp_path: Path, *, checks: tuple[str, ...] = ("test",),
+           start_timeout_s: float = 60) -> GitHubChecksRunner:
+    config = GitHubConfig(repository="acme/widgets", api_url=fake.base_url, token_env="T")
+    return GitHubChecksRunner(
+        queue="widgets", store=MemoryBuildStore(), checks=checks,
+        publisher=TreePublisher({KEY: str(fake.repo.path)}, "main", tmp_path / "pub"),
+        client=GitHubClient(config, Credentials(token="fake-token")),
+        start_timeout_s=start_timeout_s, timeout_s=3600)
+
+
+def request(number: int, sha: str, *, path_id: str = "p1", attempt: int = 1) -> BuildRequest:
+    uri = f"github://{KEY}/pull/{number}/{sha}"
+    return BuildRequest(queue="widgets", batch_id="widgets/batch/1", path_id=path_id,
+                        attempt=attempt, base_changes=(), head_changes=(uri,),
+                        steps=(MergeStep("widgets/1", (uri,), LandStrategy.MERGE),))
+
+
+async def test_the_required_checks_on_the_queue_branch_are_the_verdict(
+        fake: FakeGitHub, tmp_path: Path) -> None:
+    fake.simulate_ci("test", "lint")
+    good = fake.open_pull({"src/ok.py": "fine\n"})
+    bad = fake.open_pull({"src/bad.py": "BROKEN\n"})
+    r = runner(fake, tmp_path, checks=("test", "lint"))
+    ok_id = await r.trigger(request(1, good.head_sha, path_id="p1"))
+    bad_id = await r.trigger(request(2, bad.head_sha, path_id="p2"))
+    tip = fake.repo.resolve("refs/heads/sq/widgets/p1-1")
+    assert tip is not None and fake.repo.is_ancestor(good.head_sha, tip)
+    assert await r.trigger(request(1, good.head_sha, path_id="p1")) == ok_id  # redelivered
+    ok = await r.status(ok_id)
+    assert (ok.status, ok.detail) == (BuildStatus.SUCCEEDED,
+                                      "required checks passed: test, lint")
+    assert ok.tested is not None and ok.tested.commit == tip
+    failed = await r.status(bad_id)
+    assert failed.status is BuildStatus.FAILED and "check 'test' failed" in failed.detail
+    # finished builds leave no queue branches behind
+    assert fake.repo.git("for-each-ref", "refs/heads/sq/").stdout == ""
+    assert len([c for c in fake.check_runs if c["name"] == "test"]) == 2
+
+
+async def test_a_ci_that_never_starts_is_no_ci_started(fake: FakeGitHub,
+                                                       tmp_path: Path) -> None:
+    pull = fake.open_pull({"a.txt": "1\n"})
+    r = runner(fake, tmp_path, start_timeout_s=30)
+    build = await r.trigger(request(1, pull.head_sha))
+    assert (await r.status(build)).status is BuildStatus.ACCEPTED
+    started = r.clock()
+    r.clock = lambda: started + 31_000
+    report = await r.status(build)
+    assert report.status is BuildStatus.ERRORED
+    assert report.detail.startswith("no_ci_started: none of the required checks (test) "
+                                    "appeared on sq/widgets/p1-1 within 30 s")
+
+
+async def test_a_check_still_running_then_cancel_deletes_the_branch(
+        fake: FakeGitHub, tmp_path: Path) -> None:
+    fake.simulate_ci("test", "lint", verdict=lambda sha: "success")
+    pull = fake.open_pull({"a.txt": "1\n"})
+    r = runner(fake, tmp_path, checks=("test", "lint", "e2e"))
+    build = await r.trigger(request(1, pull.head_sha))
+    report = await r.status(build)
+    assert (report.status, report.detail) == (BuildStatus.RUNNING,
+                                              "running; not started yet: e2e")
+    await r.cancel(build)
+    assert (await r.status(build)).status is BuildStatus.CANCELLED
+    assert fake.repo.resolve("refs/heads/sq/widgets/p1-1") is None
+    await r.cancel(build)  # again: nothing left to do
+
+
+async def test_changes_that_do_not_combine_fail_before_anything_is_pushed(
+        fake: FakeGitHub, tmp_path: Path) -> None:
+    one = fake.open_pull({"README.md": "one\n"})
+    two = fake.open_pull({"README.md": "two\n"})
+    r = runner(fake, tmp_path)
+    base_uri = f"github://{KEY}/pull/1/{one.head_sha}"
+    req = request(2, two.head_sha)
+    req = BuildRequest(queue=req.queue, batch_id=req.batch_id, path_id="p9", attempt=1,
+                       base_changes=(base_uri,), head_changes=req.head_changes,
+                       steps=(MergeStep("widgets/1", (base_uri,), LandStrategy.MERGE),
+                              *req.steps))
+    build = await r.trigger(req)
+    assert (await r.status(build)).status is BuildStatus.FAILED
+    assert fake.repo.git("for-each-ref", "refs/heads/sq/").stdout == ""
