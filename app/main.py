@@ -41,6 +41,7 @@ from app.queue import Backoff, Broker, Chaos, ConsumerService, backend_for_url
 from app.scheduler import Scheduler
 from app.settings import Settings, get_settings
 from app.speculation.scoring import build_scorer
+from app.views.checkfacts import facts_source
 from app.views.data import TimingCache
 from app.views.events import EventHub
 from app.views.stalls import StallDetector
@@ -86,10 +87,15 @@ class Runtime:
             max_payload_bytes=settings.queue_max_payload_bytes,
             member_id=settings.effective_member_id,
         )
+        self.view_timing = TimingCache()  # the pages' recent build and merge times
+        windows = {n: q.freeze_windows for n, q in self.queues.items()}
         self.deps = Deps(db=self.db, broker=self.broker, extensions=self.extensions.for_queue,
-                         metrics=self.metrics,
-                         freeze_windows={n: q.freeze_windows for n, q in self.queues.items()},
-                         freeze_recheck_ms=settings.freeze_recheck_ms)
+                         metrics=self.metrics, freeze_windows=windows,
+                         freeze_recheck_ms=settings.freeze_recheck_ms,
+                         check_facts=facts_source(self, public_url=settings.public_url,
+                                                  timings=self.view_timing,
+                                                  stalls=lambda: self.stalls,
+                                                  windows=windows))
         self.metrics.attach(state_source(self.db, self.broker, self.deps.freeze_windows),
                             {name: q.build_budget for name, q in self.queues.items()})
         self.metrics.attach_work(self.db.stats, self.broker)
@@ -117,7 +123,6 @@ class Runtime:
             mode=settings.effective_auth, reads_required=settings.auth_reads == "required",
             admin_token=settings.admin_token or None), self.broker.clock)
         self.event_hub = EventHub(self.db)  # live streams of the pages (gateway roles)
-        self.view_timing = TimingCache()  # the pages' recent build and merge times
         self.stalls = StallDetector(self.db, list(self.queues),
                                     threshold_ms=settings.stall_threshold_ms,
                                     clock=self.broker.clock) \

@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.engine import Database
 from app.db.repos import requests as request_repo
+from app.domain.checkrun import CheckFacts
 from app.domain.entities import LandRequest, RequestLog, RequestSummary
 from app.domain.errors import NotFound
 from app.domain.freeze import FreezeWindowConfig
@@ -25,6 +26,9 @@ from app.extensions.base import QueueExtensions
 from app.queue import Broker, Outgoing, PublishResult, Staged
 
 T = TypeVar("T")
+#: (queue, sqid, log id) -> what the request page shows of the request, or None while
+#: the request log does not hold that entry yet
+FactsSource = Callable[[str, str, str], Awaitable[CheckFacts | None]]
 Timed = Literal["speculation", "planner", "merge"]
 
 
@@ -111,6 +115,9 @@ class Deps:
     # each queue's scheduled freezes (queues.yaml; app/controllers/freeze.py)
     freeze_windows: Mapping[str, tuple[FreezeWindowConfig, ...]] = field(default_factory=dict)
     freeze_recheck_ms: int = 2000  # how often a merge held by a freeze looks again
+    # what the request page shows of one request, for its GitHub check-run (the
+    # composition root passes app/views/checkfacts.py; None: this process writes none)
+    check_facts: FactsSource | None = None
 
     def now(self) -> int:
         return self.broker.clock()

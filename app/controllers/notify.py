@@ -35,6 +35,7 @@ Dead letters (``NotifyReconciler``, group ``notifier-dlq``, and ``LogDeadLetters
 |---|---|
 | a ``notify`` message (``notify_dlq``) | nothing to drive: raise ``NotificationGivenUp`` and the queue parks it ("notification given up"), visible on ``/admin`` and in ``GET /api/v1/admin/dlq`` until an operator requeues it (the same delivery id is sent again) or discards it |
 | a ``log`` entry the ``notify-relay`` group gave up on (``source_group``; its publish kept failing) | relay it again with the same ids (``relayed``) |
+| a ``log`` entry the ``github-check-relay`` group gave up on | relay it again with the same id (``app/controllers/github_check.py``) |
 | a ``log`` entry of the gateway's group | ``LogReconciler`` (``app/controllers/dlq/reconcilers.py``) |
 """  # noqa: E501 - state tables read best unwrapped
 
@@ -44,6 +45,7 @@ import logging
 
 from pydantic import ValidationError as PydanticValidationError
 
+from app.controllers import github_check
 from app.controllers.common import Deps, StageController
 from app.controllers.dlq.reconcilers import (
     LogReconciler,
@@ -123,20 +125,23 @@ class NotifyReconciler(Reconciler):
 
 
 class LogDeadLetters(LogReconciler):
-    """``log_dlq`` with the relay's dead letters too: an entry the ``notify-relay`` group
-    gave up on (its publish kept failing) is relayed again, with the same message ids
-    (``relayed``); every other dead letter is the gateway's (``LogReconciler``)."""
+    """``log_dlq`` with the relays' dead letters too: an entry the ``notify-relay`` or
+    ``github-check-relay`` group gave up on (its publish kept failing) is relayed again,
+    with the same message ids (``relayed``); every other dead letter is the gateway's
+    (``LogReconciler``)."""
 
     def __init__(self, deps: Deps) -> None:
         super().__init__(deps.db)
         self.deps = deps
 
     async def reconcile(self, msg: StoredMessage) -> Outcome:
-        if msg.source_group != m.NOTIFY_RELAY_GROUP:
+        relays = {m.NOTIFY_RELAY_GROUP: relay, m.GITHUB_CHECK_RELAY_GROUP: github_check.relay}
+        again = relays.get(msg.source_group or "")
+        if again is None:
             return await super().reconcile(msg)
         try:
             entry = m.LogMsg.model_validate(msg.payload).entry()
         except (ValueError, PydanticValidationError) as exc:
             raise Undecodable(f"message {msg.seq} is not a log entry: {exc}") from None
-        count = await relay(self.deps, entry)
+        count = await again(self.deps, entry)
         return Outcome("relayed", entry.request_id, f"{count} notification(s)", bool(count))

@@ -36,6 +36,11 @@ from app.controllers.dlq.reconcilers import (
     RequestReconciler,
 )
 from app.controllers.gateway_log import GatewayLogController
+from app.controllers.github_check import (
+    GitHubCheckController,
+    GitHubCheckReconciler,
+    GitHubCheckRelayController,
+)
 from app.controllers.merge import MergeController
 from app.controllers.mergecheck import MergeCheckController
 from app.controllers.mergeconflictsignal import MergeConflictSignalController
@@ -88,7 +93,7 @@ class Stage:
 
 
 def _log_reconciler(deps: Deps, _topic: str) -> Reconciler:
-    return LogDeadLetters(deps)  # a LogReconciler that also re-relays notify-relay's
+    return LogDeadLetters(deps)  # a LogReconciler that also re-relays the taps'
 
 
 def _log_controller(deps: Deps) -> Controller:
@@ -122,6 +127,9 @@ STAGES: tuple[Stage, ...] = (
           serial="one request's history in order"),
     Stage(m.NOTIFY, m.NotifyMsg, by_endpoint, "queue/endpoint", NotifyController,
           NotifyReconciler, group=m.NOTIFIER_GROUP, dlq_group=m.NOTIFIER_DLQ_GROUP),
+    Stage(m.GITHUB_CHECK, m.GitHubCheckMsg, by_id, "sqid", GitHubCheckController,
+          GitHubCheckReconciler, group=m.GITHUB_CHECK_GROUP, dlq_group=m.GITHUB_CHECK_DLQ_GROUP,
+          serial="one check-run per request, never created twice"),
 )
 
 
@@ -138,6 +146,7 @@ class Tap:
 
 TAPS: tuple[Tap, ...] = (
     Tap(m.LOG, m.NOTIFY_RELAY_GROUP, NotifyRelayController),  # log -> notify
+    Tap(m.LOG, m.GITHUB_CHECK_RELAY_GROUP, GitHubCheckRelayController),  # log -> github_check
 )
 
 

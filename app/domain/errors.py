@@ -284,6 +284,14 @@ class NotificationGivenUp(SubmitQueueError):
     park = True
 
 
+class CheckRunGivenUp(SubmitQueueError):
+    """A ``SubmitQueue`` check-run update in ``github_check_dlq`` that failed once more:
+    parked for an operator (requeue it once GitHub takes it, or discard it)."""
+
+    code = "check_run_given_up"
+    park = True
+
+
 class PlanRejected(PlanError):
     """The controller's check refused a plan (``app/controllers/plan_check.py``)."""
 

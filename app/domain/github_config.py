@@ -13,6 +13,7 @@ github:
   webhook_secret_env: SQ_GITHUB_WEBHOOK_SECRET  # POST /api/v1/github/webhook verifies with it
   land_label: merge-queue                # adding it lands the pull request, removing it cancels
   require_approval: true                 # refuse pull requests without an approving review
+  check_run: true                        # write the SubmitQueue check-run (token: a commit status)
   timeout_s: 30                          # per API call
 ```
 
@@ -56,6 +57,7 @@ class GitHubConfig(BaseModel):
     webhook_secret_env: str = ""
     land_label: str = "merge-queue"
     require_approval: bool = False
+    check_run: bool = True
     timeout_s: float = Field(default=30.0, gt=0, le=300)
 
     @field_validator("repository")

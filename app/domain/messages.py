@@ -32,6 +32,7 @@ MERGESIGNAL = "mergesignal"
 CONCLUDE = "conclude"
 LOG = "log"
 NOTIFY = "notify"
+GITHUB_CHECK = "github_check"
 
 ORCHESTRATOR_GROUP = "orchestrator"
 GATEWAY_LOG_GROUP = "gateway-log"
@@ -40,6 +41,10 @@ GATEWAY_DLQ_GROUP = "gateway-dlq"  # reconciles ``log_dlq``
 NOTIFY_RELAY_GROUP = "notify-relay"  # a second group on ``log``: notifiable entries -> ``notify``
 NOTIFIER_GROUP = "notifier"  # POSTs each ``notify`` message to its endpoint
 NOTIFIER_DLQ_GROUP = "notifier-dlq"  # parks ``notify_dlq`` (a notification given up)
+# a group on ``log``: entries of GitHub queues -> ``github_check``
+GITHUB_CHECK_RELAY_GROUP = "github-check-relay"
+GITHUB_CHECK_GROUP = "github-checks"  # writes the SubmitQueue check-run of a request
+GITHUB_CHECK_DLQ_GROUP = "github-checks-dlq"  # parks ``github_check_dlq`` (an update given up)
 
 
 class _Msg(BaseModel):
@@ -150,6 +155,21 @@ class NotifyMsg(_Msg):
     @property
     def delivery_id(self) -> str:
         return f"{self.log_id}/{self.endpoint}"
+
+
+class GitHubCheckMsg(_Msg):
+    """Bring one request's ``SubmitQueue`` check-run up to date
+    (``app/controllers/github_check.py``): written from the request's state once the
+    request log holds ``log_id``. Message id ``<log id>/github-check``."""
+
+    id: str  # the request's sqid
+    queue: str
+    log_id: str
+    timestamp_ms: int
+
+    @property
+    def message_id(self) -> str:
+        return f"{self.log_id}/github-check"
 
 
 def log_id(sqid: str, name: str, occurrence: str | None = None) -> str:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from app.domain.build_run import BuildRun, TestedTree
+from app.domain.checkrun import CheckFacts
 from app.domain.entities import ChangeDetails
 from app.domain.errors import ChangeRejected as ChangeRejected  # re-exported
 from app.domain.queue_config import SpeculationConfig
@@ -248,6 +249,15 @@ class Scorer(Protocol):
         ...
 
 
+class CheckPublisher(Protocol):
+    """Writes a request's ``SubmitQueue`` check-run on its pull requests
+    (``app/extensions/github/checkrun.py``)."""
+
+    async def publish(self, facts: CheckFacts) -> int:
+        """Bring the check-run of every pull request of ``facts`` up to date; how many."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class QueueExtensions:
     provider: ChangeProvider
@@ -258,3 +268,4 @@ class QueueExtensions:
     build_budget: int
     speculation: SpeculationConfig = field(default_factory=SpeculationConfig)
     notify: tuple[WebhookSink, ...] = ()  # the queue's notify: endpoints
+    github_check: CheckPublisher | None = None  # a GitHub queue's SubmitQueue check-run

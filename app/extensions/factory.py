@@ -26,6 +26,7 @@ from app.extensions.base import (
     BuildRunner,
     BuildStore,
     ChangeProvider,
+    CheckPublisher,
     ConflictAnalyzer,
     Merger,
     PeriodicJob,
@@ -88,6 +89,16 @@ def _github_client(config: QueueConfig) -> Any:
         raise ValidationError(f"queue {config.name!r}: a github extension needs a "
                               "'github' block")
     return GitHubClient(config.github, credentials(config.github, config.name))
+
+
+def _github_check(config: QueueConfig) -> CheckPublisher | None:
+    """A queue with a ``github:`` block writes its requests' ``SubmitQueue`` check-run
+    (``github.check_run``, default on)."""
+    if config.github is None or not config.github.check_run:
+        return None
+    from app.extensions.github.checkrun import CheckRunPublisher
+
+    return CheckRunPublisher(_github_client(config))
 
 
 def _github_runner(config: QueueConfig, store: BuildStore) -> BuildRunner:
@@ -355,6 +366,7 @@ def build_extensions(config: QueueConfig,
         build_budget=config.build_budget,
         speculation=config.speculation,
         notify=_notify(config, public_url),
+        github_check=_github_check(config),
     )
 
 

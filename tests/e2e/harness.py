@@ -126,7 +126,7 @@ async def serve(database_url: str, tmp_path: Path, **overrides: Any) -> AsyncIte
     settings = Settings(
         _env_file=None,  # type: ignore[call-arg]
         database_url=database_url, queues_file=queues_file, queue_poll_interval_ms=200,
-        queue_shutdown_grace_ms=2000, log_level="WARNING", **overrides,
+        queue_shutdown_grace_ms=2000, **{"log_level": "WARNING", **overrides},
     )
     app = create_app(settings)
     port = free_port()

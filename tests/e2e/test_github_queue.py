@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
-from app.extensions.github.fake import FakeGitHub
+from app.extensions.github.fake import FakeGitHub, app_key_pair
 from tests.conftest import BACKENDS
 from tests.e2e.harness import serve
 from tests.support.fake_github import serve_fake_github
@@ -114,6 +115,11 @@ queues:
 """
 
 
+def submitqueue_runs(fake: FakeGitHub) -> dict[str, dict[str, Any]]:
+    """The newest SubmitQueue check-run of each head, by head sha."""
+    return {r["head_sha"]: r for r in fake.check_runs if r["name"] == "SubmitQueue"}
+
+
 @pytest.mark.parametrize("merger", ["git", "github"])
 async def test_pull_requests_land_on_the_repository(
         database_url: str, tmp_path: Path, fake: FakeGitHub, merger: str) -> None:
@@ -130,6 +136,14 @@ async def test_pull_requests_land_on_the_repository(
             assert r.json()["outcomes"][0]["action"] == "landed", r.text
         assert await server.wait_all_terminal(["widgets/1", "widgets/2"], queue="widgets") == {
             "widgets/1": "landed", "widgets/2": "landed"}
+
+        def landed_statuses() -> list[dict[str, Any]]:  # a token: commit statuses instead
+            shown = {s["sha"]: s for s in fake.statuses if s["context"] == "SubmitQueue"}
+            return [shown[p.head_sha] for p in (one, two)
+                    if p.head_sha in shown and shown[p.head_sha]["state"] == "success"]
+
+        assert len(await wait_for(landed_statuses, "both heads' SubmitQueue status")) == 2
+        assert not submitqueue_runs(fake)  # GitHub lets only Apps write check-runs
     tip = fake.tip()
     assert fake.repo.is_ancestor(one.head_sha, tip) and fake.repo.is_ancestor(two.head_sha, tip)
     assert fake.repo.out("log", "-1", "--format=%B", tip).count("Source-Ref: refs/pull/") == 1
@@ -154,16 +168,23 @@ queues:
     github:
       repository: acme/widgets
       api_url: {api}
-      token_env: SQ_E2E_GITHUB_TOKEN
+      app_id: 4242
+      private_key_env: SQ_E2E_GITHUB_APP_KEY
       webhook_secret_env: SQ_E2E_GITHUB_WEBHOOK_SECRET
 """
 
 
 async def test_required_checks_are_the_builds_and_the_tested_commit_lands(
-        database_url: str, tmp_path: Path, fake: FakeGitHub) -> None:
+        database_url: str, tmp_path: Path, fake: FakeGitHub,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """github_checks runner + github merger: each path's tree is pushed as a sq/ branch,
     the fake's CI reports the check "test" on it (failing on a BROKEN line), passed
-    trees land by the API's fast-forward and the failing pull request is removed."""
+    trees land by the API's fast-forward and the failing pull request is removed. The
+    queue authenticates as a GitHub App, so each pull request carries the SubmitQueue
+    check-run telling its trail: landed with the commit, removed with the reason."""
+    private, public = app_key_pair()
+    fake.app_public_key = public
+    monkeypatch.setenv("SQ_E2E_GITHUB_APP_KEY", private)
     (tmp_path / "queues.yaml").write_text(CHECKS_QUEUES.replace("{api}", fake.base_url))
     fake.simulate_ci("test")
     pulls = [fake.open_pull({"one/a.txt": "fine\n"}, title="One"),
@@ -181,6 +202,25 @@ async def test_required_checks_are_the_builds_and_the_tested_commit_lands(
         build = error.split("last builds: ")[1].split(" ")[0]
         log = await server.client.get(f"/api/v1/builds/{build}/log")
         assert "failed: check 'test' failed: " in log.text, log.text
+        heads = [p.head_sha for p in pulls]
+
+        def settled() -> bool:
+            runs = submitqueue_runs(fake)
+            return all(runs.get(h, {}).get("status") == "completed" for h in heads)
+
+        await wait_for(settled, "every pull request's SubmitQueue check-run completed")
+        landed = [(await server.summary(q))["metadata"] for q in ("widgets/1", "widgets/3")]
+    runs = submitqueue_runs(fake)
+    assert [runs[h]["conclusion"] for h in heads] == ["success", "failure", "success"]
+    assert [runs[h]["external_id"] for h in heads] == sqids
+    for head, md in zip((heads[0], heads[2]), landed, strict=True):
+        assert runs[head]["title"] == f"Landed as {md['commits'][0][:12]}", runs[head]
+    failed = runs[heads[1]]
+    assert failed["title"].startswith("Removed: "), failed
+    assert "Reason: `build_failed`" in failed["summary"]
+    assert failed["details_url"].endswith("/queues/widgets/requests/2")
+    assert "| Stage | At | Took |" in failed["text"]  # the trail
+    assert len([r for r in fake.check_runs if r["name"] == "SubmitQueue"]) == 3  # updated in place
     tip = fake.tip()
     assert fake.repo.is_ancestor(pulls[0].head_sha, tip)
     assert fake.repo.is_ancestor(pulls[2].head_sha, tip)

@@ -34,21 +34,22 @@ def test_the_docs_table_is_the_registry() -> None:
 
 def test_every_topic_is_declared_once_with_its_dlq_and_consumers() -> None:
     names = stages.topics()
-    assert len(names) == len(set(names)) == 15
+    assert len(names) == len(set(names)) == 16
     topo = build_topology()
     for s in STAGES:
         taps = [t.group for t in stages.TAPS if t.topic == s.topic]
         assert topo.groups(s.topic) == sorted([s.group, *taps])
         assert topo.groups(s.topic + DLQ_SUFFIX) == [s.dlq_group]
         assert topo.spec(s.topic).serial == bool(s.serial)
-    assert topo.groups(m.LOG) == [m.GATEWAY_LOG_GROUP, m.NOTIFY_RELAY_GROUP]
+    assert topo.groups(m.LOG) == sorted([m.GATEWAY_LOG_GROUP, m.NOTIFY_RELAY_GROUP,
+                                        m.GITHUB_CHECK_RELAY_GROUP])
     reconcilers = build_reconcilers(_deps())
     assert set(reconcilers) == {t + DLQ_SUFFIX for t in names}
     specs = build_consumers(_deps())
     assert sorted((c.topic, c.group) for c in specs) == sorted(
         [*((s.topic, s.group) for s in STAGES), *((s.topic + DLQ_SUFFIX, s.dlq_group)
                                                   for s in STAGES),
-         (m.LOG, m.NOTIFY_RELAY_GROUP)])
+         (m.LOG, m.NOTIFY_RELAY_GROUP), (m.LOG, m.GITHUB_CHECK_RELAY_GROUP)])
     gateway_only = build_consumers(_deps(), orchestrator=False)
     assert sorted((c.topic, c.group) for c in gateway_only) == [
         (m.LOG, m.GATEWAY_LOG_GROUP), (m.LOG + DLQ_SUFFIX, m.GATEWAY_DLQ_GROUP)]

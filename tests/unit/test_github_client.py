@@ -9,8 +9,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
 
 from app.domain.errors import ValidationError
 from app.domain.github_config import GitHubConfig
@@ -21,7 +19,7 @@ from app.extensions.github.client import (
     GitHubUnavailable,
     credentials,
 )
-from app.extensions.github.fake import FakeGitHub
+from app.extensions.github.fake import FakeGitHub, app_key_pair
 from app.queue.classify import classify
 
 API = "http://fake-github.test"
@@ -86,17 +84,8 @@ async def test_unreachable_github_is_retryable() -> None:
     assert classify(info.value)
 
 
-def _rsa() -> tuple[str, str]:
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption()).decode()
-    public = key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
-    return private, public
-
-
 async def test_github_app_trades_a_jwt_for_a_cached_installation_token(tmp_path: Path) -> None:
-    private, public = _rsa()
+    private, public = app_key_pair()
     fake = FakeGitHub(tmp_path / "w.git", app_id=4242, app_public_key=public,
                       installation_id=77)
     fake.open_pull({"a.txt": "1\n"})
@@ -105,7 +94,7 @@ async def test_github_app_trades_a_jwt_for_a_cached_installation_token(tmp_path:
     assert (await client.pull(1)).number == 1
     assert (await client.pull(1)).number == 1
     assert len(fake.installation_tokens) == 1  # looked up once, then cached
-    wrong, _ = _rsa()  # a key GitHub does not know: the JWT does not verify
+    wrong, _ = app_key_pair()  # a key GitHub does not know: the JWT does not verify
     other = _client(fake, config, Credentials(app_id=4242, private_key=wrong))
     with pytest.raises(GitHubUnavailable):
         await other.pull(1)

@@ -7,6 +7,7 @@ GitHub pages them, and its webhook deliveries are signed as GitHub signs them.""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,9 +32,10 @@ def fake(tmp_path: Path) -> Iterator[FakeGitHub]:
         yield served
 
 
-def api(fake: FakeGitHub, method: str, path: str, **kw: Any) -> httpx.Response:
-    return httpx.request(method, f"{fake.base_url}/repos/acme/widgets{path}", headers=HEADERS,
-                         timeout=10, **kw)
+def api(fake: FakeGitHub, method: str, path: str, *, headers: dict[str, str] | None = None,
+        **kw: Any) -> httpx.Response:
+    return httpx.request(method, f"{fake.base_url}/repos/acme/widgets{path}",
+                         headers=headers or HEADERS, timeout=10, **kw)
 
 
 def test_answers_validate_against_githubs_api_description(fake: FakeGitHub) -> None:
@@ -63,13 +65,22 @@ def test_answers_validate_against_githubs_api_description(fake: FakeGitHub) -> N
     assert (closed.state, closed.merged) == ("closed", False)
     assert api(fake, "PATCH", "/pulls/1", json={"state": "merged"}).status_code == 422
     api(fake, "PATCH", "/pulls/1", json={"state": "open"})
-    run = M.CheckRun.model_validate(api(fake, "POST", "/check-runs", json={
-        "name": "SubmitQueue", "head_sha": pull.head_sha, "status": "in_progress"}).json())
+    create = {"name": "SubmitQueue", "head_sha": pull.head_sha, "status": "in_progress"}
+    refused = api(fake, "POST", "/check-runs", json=create)
+    assert refused.status_code == 403 and "GitHub App" in refused.json()["message"]
+    fake.installation_tokens["ghs_test"] = time.time() + 60
+    as_app = {**HEADERS, "Authorization": "token ghs_test"}
+    run = M.CheckRun.model_validate(api(fake, "POST", "/check-runs", json=create,
+                                        headers=as_app).json())
     done = M.CheckRun.model_validate(api(fake, "PATCH", f"/check-runs/{run.id}", json={
-        "conclusion": "success", "output": {"title": "ok", "summary": "landed"}}).json())
+        "conclusion": "success", "output": {"title": "ok", "summary": "landed"}},
+        headers=as_app).json())
     assert (done.status, done.conclusion) == ("completed", "success")
     listed = api(fake, "GET", f"/commits/{pull.head_sha}/check-runs").json()
     assert [M.CheckRun.model_validate(r).id for r in listed["check_runs"]] == [run.id]
+    named = api(fake, "GET", f"/commits/{pull.head_sha}/check-runs",
+                params={"check_name": "ci/test"}).json()
+    assert named == {"total_count": 0, "check_runs": []}
     M.Status.model_validate(api(fake, "POST", f"/statuses/{pull.head_sha}", json={
         "state": "success", "context": "ci/test"}).json())
     statuses = api(fake, "GET", "/commits/change-1/statuses").json()

@@ -69,7 +69,7 @@ async def requests_of_change_uri(
     session: AsyncSession, *, queues: Collection[str], change_uri: str, limit: int
 ) -> list[tuple[str, str]]:
     """``(queue, request_id)`` of requests that carried ``change_uri`` in any of
-    ``queues`` (a primary-key lookup per queue), newest first."""
+    ``queues`` (a unique-key lookup per queue), newest first."""
     stmt = (
         sa.select(uri_t.c.queue, uri_t.c.request_id)
         .where(uri_t.c.queue.in_(sorted(queues)), uri_t.c.change_uri == change_uri)
@@ -101,6 +101,14 @@ async def history_of(
         .limit(limit)
     )
     return [_log_from_row(r) for r in (await session.execute(stmt)).all()]
+
+
+async def has_log(session: AsyncSession, *, queue: str, request_id: str, log_id: str) -> bool:
+    """Whether the request's history holds the entry ``log_id`` (a unique-key lookup)."""
+    stmt = sa.select(log_t.c.id).where(log_t.c.queue == queue,
+                                       log_t.c.request_id == request_id,
+                                       log_t.c.log_id == log_id).limit(1)
+    return (await session.execute(stmt)).first() is not None
 
 
 async def last_moved_ms(session: AsyncSession, *, queue: str, request_id: str) -> int | None:

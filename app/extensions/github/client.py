@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import httpx
 from githubkit import AppAuthStrategy, AppInstallationAuthStrategy, GitHub, TokenAuthStrategy
@@ -37,6 +37,7 @@ from githubkit.exception import (
     RequestFailed,
 )
 from githubkit_schemas.v2022_11_28.models import (
+    CheckRun,
     DiffEntry,
     PullRequest,
     PullRequestReview,
@@ -246,6 +247,32 @@ class GitHubClient:
         out += [from_status(st.context, st.state, st.target_url or "")
                 for st in reversed(statuses.parsed_data)]  # GitHub lists newest first
         return out
+
+    async def check_runs_named(self, sha: str, name: str) -> list[CheckRun]:
+        """The check-runs called ``name`` on ``sha`` (first 100, every attempt)."""
+        gh = await self._client()
+        res = await call(lambda: gh.rest(API_VERSION).checks.async_list_for_ref(
+            self.config.owner, self.config.repo, sha, check_name=name, filter_="all",
+            per_page=PER_PAGE))
+        return list(res.parsed_data.check_runs)
+
+    async def create_check_run(self, body: dict[str, Any]) -> int:
+        """Create a check-run (``body`` as GitHub's REST API takes it); its id."""
+        gh = await self._client()
+        res = await call(lambda: gh.rest(API_VERSION).checks.async_create(
+            self.config.owner, self.config.repo, data=cast(Any, body)))
+        return res.parsed_data.id
+
+    async def update_check_run(self, run_id: int, body: dict[str, Any]) -> None:
+        gh = await self._client()
+        await call(lambda: gh.rest(API_VERSION).checks.async_update(
+            self.config.owner, self.config.repo, run_id, data=cast(Any, body)))
+
+    async def create_status(self, sha: str, body: dict[str, Any]) -> None:
+        """Add a commit status to ``sha`` (the newest of one context is the one shown)."""
+        gh = await self._client()
+        await call(lambda: gh.rest(API_VERSION).repos.async_create_commit_status(
+            self.config.owner, self.config.repo, sha, data=cast(Any, body)))
 
     async def delete_branch(self, branch: str) -> None:
         """Delete ``refs/heads/<branch>`` (gone already: fine)."""

@@ -19,7 +19,7 @@ built by ``fake_json`` to GitHub's OpenAPI description):
 | ``DELETE /repos/{o}/{r}/git/refs/heads/{branch}`` | deletes the branch |
 | ``PATCH /repos/{o}/{r}/git/refs/heads/{branch}`` | ``{sha, force}``: moves the real branch; without ``force`` only on a fast-forward (422 ``Update is not a fast forward`` otherwise) |
 | ``GET``/``POST /repos/{o}/{r}/issues/{n}/comments`` | comments |
-| ``POST /repos/{o}/{r}/check-runs``, ``PATCH .../check-runs/{id}``, ``GET .../commits/{ref}/check-runs`` | check-runs |
+| ``POST /repos/{o}/{r}/check-runs``, ``PATCH .../check-runs/{id}``, ``GET .../commits/{ref}/check-runs?check_name=`` | check-runs; writing them takes an installation token (403 for the plain token, as GitHub refuses personal tokens) |
 | ``POST /repos/{o}/{r}/statuses/{sha}``, ``GET .../commits/{ref}/statuses`` | commit statuses |
 | ``GET /repos/{o}/{r}/installation``, ``POST /app/installations/{id}/access_tokens`` | GitHub App auth: the JWT must verify with the App's public key |
 
@@ -83,6 +83,21 @@ class FakePull:
     @property
     def deletions(self) -> int:
         return sum(f[2] for f in self.files)
+
+
+def app_key_pair() -> tuple[str, str]:
+    """A new RSA key pair in PEM (private PKCS#8, public SubjectPublicKeyInfo) for a
+    fake GitHub App: the server signs its JWTs with the first, the fake verifies them
+    with the second."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption()).decode()
+    public = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+    return private, public
 
 
 def signature(secret: bytes, body: bytes) -> str:
@@ -489,8 +504,19 @@ class FakeGitHub:
     def _the_app(self) -> dict[str, Any]:
         return J.app(self.base_url, self.user(self.owner), self.app_id)
 
-    async def _create_check_run(self, request: Request) -> Response:
+    def _app_only(self, request: Request) -> JSONResponse | None:
+        """Writing check-runs takes an installation token, as on GitHub (403 for a
+        personal token)."""
         refused = self._refused(request)
+        if refused is not None:
+            return refused
+        cred = request.headers.get("authorization", "").partition(" ")[2]
+        if cred not in self.installation_tokens:
+            return self._error(403, "You must authenticate via a GitHub App.")
+        return None
+
+    async def _create_check_run(self, request: Request) -> Response:
+        refused = self._app_only(request)
         if refused is not None:
             return refused
         try:
@@ -515,7 +541,7 @@ class FakeGitHub:
         return out
 
     async def _update_check_run(self, request: Request) -> Response:
-        refused = self._refused(request)
+        refused = self._app_only(request)
         if refused is not None:
             return refused
         cid = int(request.path_params["cid"])
@@ -537,8 +563,10 @@ class FakeGitHub:
             return refused
         sha = self._sha_of(request.path_params["ref"])
         self._run_ci(sha)
+        name = request.query_params.get("check_name")
         runs = [J.check_run(self.base_url, self.full_name, r, self._the_app())
-                for r in self.check_runs if r["head_sha"] == sha]
+                for r in self.check_runs
+                if r["head_sha"] == sha and (name is None or r["name"] == name)]
         return JSONResponse({"total_count": len(runs), "check_runs": runs})
 
     async def _create_status(self, request: Request) -> Response:

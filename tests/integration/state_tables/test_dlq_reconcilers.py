@@ -397,8 +397,10 @@ def test_every_table_is_read() -> None:
 def test_every_consumed_topic_has_a_reconciler_case() -> None:
     topics = {c.delivery["failure"]["original_topic"] for c in TABLE.cases}
     assert topics == {"start", *REQUEST_TOPICS, *BATCH_TOPICS, "buildsignal", "log"}
-    # notify_dlq's reconciler has its table in app/controllers/notify.py (test_notify.py)
-    assert set(build_reconcilers(mock.Mock())) == {f"{t}_dlq" for t in topics} | {"notify_dlq"}
+    # notify_dlq's and github_check_dlq's reconcilers have their tables beside their
+    # controllers (test_notify.py, test_github_check.py)
+    assert set(build_reconcilers(mock.Mock())) == {f"{t}_dlq" for t in topics} | {
+        "notify_dlq", "github_check_dlq"}
 
 
 test_row, test_crash_before_publishing_is_repaired, test_a_duplicate_delivery_writes_nothing = (

@@ -7,19 +7,16 @@ The endpoints are recording sinks (the real sink, against a real HTTP receiver, 
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from app.controllers import notify
 from app.controllers.notify import NotifyController, NotifyRelayController
-from app.controllers.pipeline import build_reconcilers
 from app.domain import notifications as n
 from app.domain.entities import RequestLog
 from app.domain.errors import NotFound, NotificationFailed, NotificationGivenUp, ValidationError
-from app.domain.messages import NOTIFY_RELAY_GROUP, LogMsg
-from app.queue import Delivery
+from app.domain.messages import GITHUB_CHECK_RELAY_GROUP, NOTIFY_RELAY_GROUP, LogMsg
 from app.speculation.core import NO_PATH_PASSED
 from tests.support.controllers import (
     CONTROLLER_ONLY,
@@ -32,6 +29,7 @@ from tests.support.controllers import (
     run_case,
     status_entry,
 )
+from tests.support.dead_letters import DeadLetters, checks_on
 from tests.support.tables import table_tests
 
 PUBLIC = "https://sq.example.com"
@@ -186,19 +184,8 @@ test_sender_row, _, test_sender_duplicate_delivery_writes_nothing = table_tests(
 
 # --- dead letters --------------------------------------------------------------------
 
-class DeadLetters:
-    """The reconciler of the dead letter's DLQ; ``failure_detail["group"]`` stands for
-    the ``source_group`` the queue records."""
-
-    def __init__(self, deps: Any) -> None:
-        self.reconcilers = build_reconcilers(deps)
-
-    async def process(self, delivery: Delivery) -> tuple[str, str, bool]:
-        msg = delivery.message
-        group = (msg.failure_detail or {}).get("group", "")
-        msg = replace(msg, topic=f"{msg.original_topic}_dlq", source_group=group)
-        out = await self.reconcilers[msg.topic].reconcile(msg)
-        return out.action, out.entity, out.changed
+async def with_checks(rig: Rig) -> None:
+    checks_on(rig)
 
 
 def dead(topic: str, group: str = "") -> dict[str, Any]:
@@ -214,6 +201,9 @@ DLQ = StateTable(notify, [
          "publish kept failing)", team_and_chat(), log(LANDED),
          delivery=dead("log", NOTIFY_RELAY_GROUP), returns=("relayed", "demo/1", True),
          published=[("notify", "demo/team", "demo/1/landed/team")]),
+    Case("a ``log`` entry the ``github-check-relay`` group gave up on", with_checks, log(LANDED),
+         delivery=dead("log", GITHUB_CHECK_RELAY_GROUP), returns=("relayed", "demo/1", True),
+         published=[("github_check", "demo/1", f"{LANDED.log_id}/github-check")]),
     Case("a ``log`` entry of the gateway's group", lambda rig: rig.summary(1), log(LANDED),
          delivery=dead("log", "gateway-log"), returns=("persisted", "demo/1", True),
          published=[]),
@@ -226,4 +216,4 @@ DLQ = StateTable(notify, [
 def test_every_documented_row_has_a_case() -> None:
     for table in (RELAY, SENDER, DLQ):
         assert table.missing() == [] and table.unknown() == [], table.headers
-    assert [len(t.rows()) for t in (RELAY, SENDER, DLQ)] == [4, 5, 3]
+    assert [len(t.rows()) for t in (RELAY, SENDER, DLQ)] == [4, 5, 4]
