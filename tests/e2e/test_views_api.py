@@ -35,7 +35,7 @@ async def get(server: Server, path: str, status: int = 200, **kw: Any) -> Any:
     return r.json()
 
 
-async def wait_overview(server: Server, ready: Any, timeout: float = 10) -> Any:
+async def wait_overview(server: Server, ready: Any, timeout: float = 20) -> Any:
     deadline = time.monotonic() + timeout
     while True:
         o = await get(server, "/api/v1/queues/demo/overview")
@@ -51,8 +51,10 @@ async def test_overview_and_request_view_explain_a_dependency_and_a_failure(
 ) -> None:
     async with serve(database_url, tmp_path) as server:
         server.runtime.view_timing = TimingCache(ttl_s=0)
+        # the failing build outlasts the second request's planning even on a loaded
+        # machine (at 2.5 s it could fail first, and its batch left the overview)
         bad = await server.land(change("bad", files="lib/a.py", fake="build-fail",
-                                       build_ms=2500))
+                                       build_ms=6000))
         await server.wait_status(bad, {"speculating"})
         good = await server.land(change("good", files="lib/b.py", build_ms=2500))
         await server.wait_status(good, {"speculating"})
