@@ -6,8 +6,10 @@ bare repository, with a simulated CI that reports the check ``test`` on every pu
 free loopback port, SQLite) whose queue ``github-demo`` takes pull requests
 (``github`` provider, ``github_checks`` runner, ``github`` merger). Then ``count`` pull
 requests are opened (``fail`` of them break the test), each labelled ``merge-queue``
-by a signed webhook delivery, and watched until every one ended. Exit 0 when every
-good pull request landed on ``main`` and every broken one ended ``error``.
+by a signed webhook delivery, and watched until every one ended. The server signs in
+as a GitHub App (a key pair made for the run), so each pull request carries its
+``SubmitQueue`` check-run, printed at the end. Exit 0 when every good pull request
+landed on ``main`` and every broken one ended ``error``.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ queues:
     github:
       repository: acme/widgets
       api_url: {api}
-      token_env: SQ_DEMO_GITHUB_TOKEN
+      app_id: {app_id}
+      private_key_env: SQ_DEMO_GITHUB_APP_KEY
       webhook_secret_env: SQ_DEMO_GITHUB_WEBHOOK_SECRET
 """
 
@@ -54,6 +57,7 @@ async def run_github_demo(out: TextIO, *, count: int = 6, fail: int = 2,
     """Run the demo (module docstring); the exit status."""
     import uvicorn
 
+    from app.extensions.github.fake import app_key_pair
     from app.extensions.github.fake_serve import serve_in_thread
     from app.settings import get_settings
 
@@ -65,14 +69,16 @@ async def run_github_demo(out: TextIO, *, count: int = 6, fail: int = 2,
         say(f"demo: --fail {fail} must be between 0 and --count {count}")
         return 2
     secret = secrets.token_hex(16)
+    private_key, public_key = app_key_pair()
     with tempfile.TemporaryDirectory(prefix="sq-github-demo-") as tmp, \
             serve_in_thread(Path(tmp) / "widgets.git") as fake:
         fake.simulate_ci("test")
+        fake.app_public_key = public_key
         (Path(tmp) / "queues.yaml").write_text(QUEUES_YAML.format(
-            queue=QUEUE, repo=fake.repo.path, api=fake.base_url))
+            queue=QUEUE, repo=fake.repo.path, api=fake.base_url, app_id=fake.app_id))
         saved = {k: os.environ.get(k) for k in _ENV}
         os.environ.update({
-            "SQ_DEMO_GITHUB_TOKEN": fake.token, "SQ_DEMO_GITHUB_WEBHOOK_SECRET": secret,
+            "SQ_DEMO_GITHUB_APP_KEY": private_key, "SQ_DEMO_GITHUB_WEBHOOK_SECRET": secret,
             "SQ_QUEUES_FILE": str(Path(tmp) / "queues.yaml"),
             "SQ_DATABASE_URL": f"sqlite+aiosqlite:///{tmp}/sq.db",
             "SQ_LOG_LEVEL": "WARNING", "SQ_QUEUE_POLL_INTERVAL_MS": "200",
@@ -104,7 +110,7 @@ async def run_github_demo(out: TextIO, *, count: int = 6, fail: int = 2,
             get_settings.cache_clear()
 
 
-_ENV = ("SQ_DEMO_GITHUB_TOKEN", "SQ_DEMO_GITHUB_WEBHOOK_SECRET", "SQ_QUEUES_FILE",
+_ENV = ("SQ_DEMO_GITHUB_APP_KEY", "SQ_DEMO_GITHUB_WEBHOOK_SECRET", "SQ_QUEUES_FILE",
         "SQ_DATABASE_URL", "SQ_LOG_LEVEL", "SQ_QUEUE_POLL_INTERVAL_MS")
 
 
@@ -138,6 +144,10 @@ async def _drive(fake: Any, base: str, secret: bytes, count: int, fail: int,
         say(f"#{n} {sqids[n]}: {status}" + (f" ({error})" if error else "")
             + (" - merged on GitHub" if merged else ""))
     say()
+    say("SubmitQueue check-runs on the pull requests:")
+    for n, run in sorted((await _check_runs(fake, sqids)).items()):
+        say(f"#{n} {run.get('conclusion') or run['status']}: {run['title']}")
+    say()
     say("main on the fake GitHub:")
     say(fake.repo.out("log", "--oneline", "--first-parent", "main"))
     ok = sorted(landed) == sorted(set(sqids) - broken) and all(
@@ -146,6 +156,22 @@ async def _drive(fake: Any, base: str, secret: bytes, count: int, fail: int,
     say(f"{len(landed)} landed, {count - len(landed)} removed: "
         + ("as expected" if ok else "NOT as expected"))
     return 0 if ok else 1
+
+
+async def _check_runs(fake: Any, sqids: dict[int, str], timeout_s: float = 15
+                      ) -> dict[int, dict[str, Any]]:
+    """Each pull request's newest ``SubmitQueue`` check-run once all are completed (or
+    as they are after ``timeout_s``: written a moment after the request ends)."""
+    heads = {n: fake.pull_json(n)["head"]["sha"] for n in sqids}
+    deadline = time.monotonic() + timeout_s
+    while True:
+        runs = {r["head_sha"]: r for r in fake.check_runs if r["name"] == "SubmitQueue"}
+        mine = {n: runs[sha] for n, sha in heads.items() if sha in runs}
+        done = len(mine) == len(heads) and all(r["status"] == "completed"
+                                                for r in mine.values())
+        if done or time.monotonic() > deadline:
+            return mine
+        await asyncio.sleep(0.2)
 
 
 async def _watch(base: str, sqids: dict[int, str], timeout_s: float,

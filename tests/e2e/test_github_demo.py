@@ -27,4 +27,6 @@ def test_the_github_demo_runs_from_an_empty_directory(tmp_path: Path) -> None:
     assert out.count("- merged on GitHub") == 2
     assert "#3 github-demo/3: error (" in out
     assert "Merge refs/pull/2/head (github-demo/2)" in out
+    assert "#1 success: Landed as " in out and "#2 success: Landed as " in out
+    assert "#3 failure: Removed: " in out
     assert list(tmp_path.iterdir()) == []  # everything lived in a scratch directory
