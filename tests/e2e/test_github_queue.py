@@ -139,10 +139,12 @@ async def test_pull_requests_land_on_the_repository(
 
         def landed_statuses() -> list[dict[str, Any]]:  # a token: commit statuses instead
             shown = {s["sha"]: s for s in fake.statuses if s["context"] == "SubmitQueue"}
-            return [shown[p.head_sha] for p in (one, two)
+            done = [shown[p.head_sha] for p in (one, two)
                     if p.head_sha in shown and shown[p.head_sha]["state"] == "success"]
+            return done if len(done) == 2 else []
 
-        assert len(await wait_for(landed_statuses, "both heads' SubmitQueue status")) == 2
+        statuses = await wait_for(landed_statuses, "both heads' SubmitQueue status")
+        assert [s["target_url"].rsplit("/", 1)[1] for s in statuses] == ["1", "2"]
         assert not submitqueue_runs(fake)  # GitHub lets only Apps write check-runs
     tip = fake.tip()
     assert fake.repo.is_ancestor(one.head_sha, tip) and fake.repo.is_ancestor(two.head_sha, tip)

@@ -74,11 +74,11 @@ def test_default_database_is_a_new_sqlite_file_under_var(tmp_path: Path) -> None
             proc.wait()
 
 
-@pytest.mark.parametrize(("role", "consumers"), [("gateway", 2), ("worker", 29), ("all", 31)])
+@pytest.mark.parametrize(("role", "consumers"), [("gateway", 2), ("worker", 32), ("all", 34)])
 def test_serve_role_flag_picks_the_consumers(tmp_path: Path, role: str, consumers: int) -> None:
     """--role gateway runs only the request-log consumers (log + log_dlq); worker only
-    the orchestrator's (14 topics + 14 reconcilers, and the notify relay's second group on
-    the log topic); all runs both."""
+    the orchestrator's (15 topics + 15 reconcilers, and the two taps on the log topic: the
+    notify relay and the GitHub check-run relay); all runs both."""
     port = free_port()
     env = {**os.environ, "SQ_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'r.db'}",
            "SQ_PORT": str(port), "SQ_QUEUES_FILE": str(tmp_path / "queues.yaml")}
