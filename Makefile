@@ -39,7 +39,7 @@ test: $(STAMP_DEV)
 	$(BIN)/mypy app
 	$(BIN)/lint-imports
 	@# pytest exits 5 when it collected no test: that is a failure here, said plainly.
-	@$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --cov --cov-report=term:skip-covered \
+	@$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal --cov --cov-report=term:skip-covered \
 	  --cov-fail-under=$(COV_FLOOR) $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests (exit 5)"; exit 1; fi; exit $$rc
 

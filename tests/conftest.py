@@ -25,6 +25,19 @@ from app.queue.backends import postgres_dsn_from_url
 PG_URL = os.environ.get("SQ_TEST_POSTGRES_URL")
 PG_SKIP_REASON = "PostgreSQL tests need SQ_TEST_POSTGRES_URL (set by .ci/run)"
 
+#: the order tests start in: the long ones first, so that under pytest-xdist the short
+#: ones fill the workers at the end instead of one worker finishing a long test alone
+_START_ORDER = {"e2e": 1, "browser": 1, "security": 2, "integration": 3, "unit": 4}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        folder = item.nodeid.split("/")[1] if item.nodeid.count("/") > 1 else ""
+        return (0 if item.get_closest_marker("slow") else 1, _START_ORDER.get(folder, 3))
+
+    items.sort(key=rank)  # stable: a file's tests keep their order
+
+
 BACKENDS = [
     pytest.param("sqlite", id="sqlite"),
     pytest.param(

@@ -71,6 +71,7 @@ CHECKS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_api_conforms_to_its_schema(live_server: str) -> None:
     schema = schemathesis.openapi.from_url(f"{live_server}/openapi.json")

@@ -71,6 +71,7 @@ async def test_a_failing_change_is_evicted_and_the_next_one_still_lands(
         await assert_clean_history(server, good)
 
 
+@pytest.mark.slow
 async def test_independent_folders_do_not_wait_on_each_other(
     database_url: str, mode: dict, tmp_path: Path
 ) -> None:

@@ -146,6 +146,7 @@ def test_an_invalid_setting_never_prints_a_password_it_holds(tmp_path: Path) -> 
     assert "hunter2" not in done.stderr
 
 
+@pytest.mark.slow
 def test_serve_on_an_unmigrated_database_with_auto_migrate_off_says_run_db_upgrade(
     tmp_path: Path,
 ) -> None:

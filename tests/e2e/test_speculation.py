@@ -35,6 +35,7 @@ async def _landed_at(server: object, sqid: str) -> int:
                 if e["type"] == "status" and e["status"] == "landed")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
 async def test_a_small_change_behind_a_slow_conflicting_one_lands_first(
         database_url: str, tmp_path: Path) -> None:

@@ -479,6 +479,7 @@ class QueueMachine(RuleBasedStateMachine):
 
 # Passing takes seconds; the long timeout leaves room for shrinking a failure
 # (Hypothesis stops shrinking after 300 s), which the default would interrupt.
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("serial", [True, False], ids=["serial", "parallel"])
 def test_queue_state_machine(database_url: str, serial: bool) -> None:
