@@ -21,10 +21,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from app.domain.errors import ValidationError
+from app.domain.removals import SUPERSEDED_BY_PUSH
 
 LAND_COMMAND = "/submitqueue land"
 CANCEL_COMMAND = "/submitqueue cancel"
-SUPERSEDED = "superseded by a new push"
+SUPERSEDED = SUPERSEDED_BY_PUSH  # its removal reason is ``superseded`` (removals.py)
 
 
 class InvalidPayload(ValidationError):

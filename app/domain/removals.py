@@ -9,10 +9,10 @@ page kinds map onto these, ``app/views/trail.py``), outbound notifications
 | ``build_failed`` | yes | ``error``: no speculation path could pass (every candidate build failed) |
 | ``merge_conflict`` | yes | ``error``: the dry-run merge check found a conflict, or the merge failed |
 | ``stale`` | yes | ``error``: a change's ref moved away from its pinned commit (or is gone), found when validating or landing |
-| ``cancelled`` | yes | ``cancelled``: by its own cancel or with its batch |
+| ``cancelled`` | yes | ``cancelled``: by its own cancel or with its batch (but for a push, below) |
 | ``dependency_failed`` | yes | ``error``: a dependency the queue needs (repository, build system, GitHub) stayed unreachable past the retry window |
 | ``dead_lettered`` | yes | ``error``: a stage exhausted its retries and its dead-letter reconciler ended the request |
-| ``superseded`` | yes | ``error``: another live request already carries the change (the duplicate check) |
+| ``superseded`` | yes | ``error``: another live request already carries the change (the duplicate check); ``cancelled`` by a push to its pull request (``cancelled: superseded by a new push``) |
 | ``no_ci_started`` | no (GitHub checks) | reserved: required checks never started |
 | ``flake_suspected`` | no (flaky builds) | reserved: a failure the queue suspects is a flake |
 
@@ -66,6 +66,9 @@ NO_PATH_PASSED = "no speculation path could pass; every candidate build failed"
 #: ``app/controllers/dlq/reconcilers.py`` ``failure_text``.
 DEAD_LETTER = re.compile(r"^dead-lettered from (?P<topic>[\w.-]+) after (?P<n>\d+) attempts?: "
                          r"(?P<error>.*)$", re.S)
+#: the cancel reason of a pull request pushed to while queued (``github_events``); the
+#: cancel stage writes ``last_error`` = ``cancelled: <reason>``
+SUPERSEDED_BY_PUSH = "superseded by a new push"
 #: ``app/controllers/validate.py``'s duplicate check.
 DUPLICATE = re.compile(r"^duplicate of in-flight request (?P<sqid>\S+?):")
 #: ``mergeconflictsignal`` / ``mergesignal``.
@@ -79,7 +82,8 @@ def classify(status: str, last_error: str) -> RemovalReason | None:
     """The reason a request with terminal ``status`` left the queue; None when it
     landed (or is not terminal), or for an ``error`` the vocabulary has no word for."""
     if status == "cancelled":
-        return RemovalReason.CANCELLED
+        return RemovalReason.SUPERSEDED if last_error == f"cancelled: {SUPERSEDED_BY_PUSH}" \
+            else RemovalReason.CANCELLED
     if status != "error":
         return None
     err = last_error or ""

@@ -176,6 +176,81 @@ queues:
 """
 
 
+def app_auth(fake: FakeGitHub, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server signs in as a GitHub App the fake knows (so it writes check-runs)."""
+    private, public = app_key_pair()
+    fake.app_public_key = public
+    monkeypatch.setenv("SQ_E2E_GITHUB_APP_KEY", private)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+async def test_six_pull_requests_two_failing_one_pushed_to_three_land_as_tested(
+        database_url: str, tmp_path: Path, fake: FakeGitHub,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 15's scenario: 6 labelled pull requests, 2 failing their check, 1 pushed to
+    while queued: the 3 others land on main as exactly the commits whose checks passed,
+    the 2 failures are removed ``build_failed`` and the pushed one ``superseded``, each
+    head's SubmitQueue check-run tells its end, and nothing is left queued."""
+    app_auth(fake, monkeypatch)
+    (tmp_path / "queues.yaml").write_text(CHECKS_QUEUES.replace("{api}", fake.base_url))
+    fake.simulate_ci("test")
+    broken = {2, 5}
+    pulls = [fake.open_pull({f"p{i}/f.txt": "BROKEN\n" if i in broken else f"{i}\n"},
+                            title=f"Change {i}") for i in range(1, 7)]
+    async with serve(database_url, tmp_path) as server:
+        for pull in pulls:
+            r = await label(fake, server.base_url, pull.number)
+            assert r.json()["outcomes"][0]["action"] == "landed", r.text
+            if pull.number == 4:  # pushed to at once, while its request is in flight
+                old_head = pull.head_sha
+                fake.push(4, {"p4/f.txt": "4, amended\n"})
+                event = {**fake.pull_request_event(4, "synchronize"), "before": old_head,
+                         "after": fake.pulls[4].head_sha}
+                r = await fake.deliver(f"{server.base_url}/api/v1/github/webhook",
+                                       "pull_request", event, secret=SECRET)
+                assert r.json()["outcomes"][0]["detail"] == "superseded by a new push", r.text
+        sqids = [f"widgets/{i}" for i in range(1, 7)]
+        ends = await server.wait_all_terminal(sqids, queue="widgets", timeout=100)
+        assert ends == {"widgets/1": "landed", "widgets/2": "error", "widgets/3": "landed",
+                        "widgets/4": "cancelled", "widgets/5": "error", "widgets/6": "landed"}
+        reasons = {}
+        for sqid in ("widgets/2", "widgets/4", "widgets/5"):
+            view = await server.client.get(
+                f"/api/v1/queues/widgets/requests/{sqid.split('/')[1]}/view")
+            reasons[sqid] = view.json()["removal"]["reason"]
+        assert reasons == {"widgets/2": "build_failed", "widgets/4": "superseded",
+                           "widgets/5": "build_failed"}
+        heads = [old_head if p.number == 4 else p.head_sha for p in pulls]
+
+        def settled() -> bool:
+            runs = submitqueue_runs(fake)
+            return all(runs.get(h, {}).get("status") == "completed" for h in heads)
+
+        await wait_for(settled, "every queued head's SubmitQueue check-run completed")
+        landed = {q: (await server.summary(q))["metadata"]["commits"]
+                  for q in ("widgets/1", "widgets/3", "widgets/6")}
+        listed = await server.client.get("/api/v1/queues/widgets/requests")
+    runs = submitqueue_runs(fake)
+    assert [runs[h]["conclusion"] for h in heads] == [
+        "success", "failure", "success", "neutral", "failure", "success"]
+    assert all("| Stage | At | Took |" in runs[h]["text"] for h in heads)  # each trail
+    assert fake.pulls[4].head_sha not in runs  # the new head was never queued
+    tip = fake.tip()
+    main = fake.repo.out("log", "--format=%H", "--first-parent", "main").split()
+    for n, sqid in ((1, "widgets/1"), (3, "widgets/3"), (6, "widgets/6")):
+        assert fake.repo.is_ancestor(pulls[n - 1].head_sha, tip)
+        assert landed[sqid][0] in main  # the tested commit itself is on main
+        assert runs[pulls[n - 1].head_sha]["title"] == f"Landed as {landed[sqid][0][:12]}"
+    for n in (2, 4, 5):
+        assert not fake.repo.is_ancestor(pulls[n - 1].head_sha, tip)
+    assert not fake.repo.is_ancestor(fake.pulls[4].head_sha, tip)
+    assert [fake.pull_json(n)["merged"] for n in range(1, 7)] == [
+        True, False, True, False, False, True]
+    assert sorted(r["status"] for r in listed.json()["items"]) == [  # nothing left queued
+        "cancelled", "error", "error", "landed", "landed", "landed"], listed.text
+
+
 async def test_required_checks_are_the_builds_and_the_tested_commit_lands(
         database_url: str, tmp_path: Path, fake: FakeGitHub,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -184,9 +259,7 @@ async def test_required_checks_are_the_builds_and_the_tested_commit_lands(
     trees land by the API's fast-forward and the failing pull request is removed. The
     queue authenticates as a GitHub App, so each pull request carries the SubmitQueue
     check-run telling its trail: landed with the commit, removed with the reason."""
-    private, public = app_key_pair()
-    fake.app_public_key = public
-    monkeypatch.setenv("SQ_E2E_GITHUB_APP_KEY", private)
+    app_auth(fake, monkeypatch)
     (tmp_path / "queues.yaml").write_text(CHECKS_QUEUES.replace("{api}", fake.base_url))
     fake.simulate_ci("test")
     pulls = [fake.open_pull({"one/a.txt": "fine\n"}, title="One"),

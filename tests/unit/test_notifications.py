@@ -46,6 +46,10 @@ def test_each_error_text_has_its_reason(error: str, reason: r.RemovalReason | No
 
 def test_cancelled_and_landed() -> None:
     assert r.classify("cancelled", "") is r.RemovalReason.CANCELLED
+    assert r.classify("cancelled", "cancelled: not needed") is r.RemovalReason.CANCELLED
+    # a push to a queued pull request (app/domain/github_events.py) supersedes it
+    assert r.classify("cancelled", "cancelled: superseded by a new push") is \
+        r.RemovalReason.SUPERSEDED
     assert r.classify("landed", "whatever") is None
     assert r.classify("speculating", "") is None
 
