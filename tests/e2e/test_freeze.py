@@ -247,10 +247,14 @@ async def test_builds_held_back_start_when_until_passes_with_no_resync(
     the resync job is off, so nothing else would."""
     write_queues(tmp_path, queues_file(DEMO))
     async with serve(database_url, tmp_path, **FAST, speculate_resync_ms=0) as server:
-        until = int(time.time() * 1000) + 1500
+        # long enough for the request to reach speculating (held) before it ends, even
+        # on a loaded machine: at 1.5 s it sometimes got there after the end (CI,
+        # PostgreSQL), and no wake-up was needed
+        until = int(time.time() * 1000) + 4000
         await freeze(server, reason="CI maintenance", allow_builds=False, until=until)
         sqid = await server.land(change("thaw", files="t/a.py"))
         await server.wait_status(sqid, {"speculating"})
+        assert int(time.time() * 1000) < until, "reached speculating after the freeze ended"
         assert await server.wait_terminal(sqid, timeout=10) == "landed"
         built = [e for e in await server.history(sqid) if e.get("event") == "building"]
         assert built and built[0]["timestamp_ms"] >= until  # no build before the end
