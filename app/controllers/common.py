@@ -4,6 +4,7 @@ wires one, so controllers never import a metrics library)."""
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel
+from pydantic import ValidationError as PydanticValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.engine import Database
@@ -23,7 +25,7 @@ from app.domain.freeze import FreezeWindowConfig
 from app.domain.messages import LOG, SPECULATE, LogMsg, log_id
 from app.domain.states import LogType, PublicStatus, RequestState
 from app.extensions.base import QueueExtensions
-from app.queue import Broker, Outgoing, PublishResult, Staged
+from app.queue import Broker, Delivery, Outgoing, PublishResult, Staged
 
 T = TypeVar("T")
 #: (queue, sqid, log id) -> what the request page shows of the request, or None while
@@ -324,3 +326,16 @@ def _key(topic: str, msg: BaseModel) -> str:
         raise RuntimeError("no stage registry: import app.controllers.stages (the pipeline "
                            "and the runtime do) before publishing")
     return _key_of[0](topic, msg)
+
+
+def tapped_entry(delivery: Delivery) -> RequestLog | None:
+    """The log entry a tap on ``log`` (notify, GitHub check-run relays) was handed;
+    None, with a warning, for a message that is not one: the gateway's own group
+    dead-letters the same message, so a tap only acks it."""
+    try:
+        return LogMsg.model_validate(delivery.payload).entry()
+    except (ValueError, PydanticValidationError):
+        logging.getLogger("submitqueue.taps").warning(
+            "not a log entry; left to the gateway's dead letters",
+            extra={"topic": delivery.topic, "message_id": delivery.message_id})
+        return None

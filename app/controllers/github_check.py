@@ -40,7 +40,7 @@ import logging
 
 from pydantic import ValidationError as PydanticValidationError
 
-from app.controllers.common import Deps, StageController
+from app.controllers.common import Deps, StageController, tapped_entry
 from app.controllers.dlq.reconcilers import Outcome, Reconciler, failure_text
 from app.domain import messages as m
 from app.domain.entities import RequestLog
@@ -99,11 +99,8 @@ async def write(deps: Deps, msg: m.GitHubCheckMsg, delivery: Delivery | None) ->
 
 class GitHubCheckRelayController(StageController):
     async def process(self, delivery: Delivery) -> None:
-        try:
-            entry = m.LogMsg.model_validate(delivery.payload).entry()
-        except (ValueError, PydanticValidationError):
-            log.warning("not a log entry; left to the gateway's dead letters",
-                        extra={"topic": delivery.topic, "message_id": delivery.message_id})
+        entry = tapped_entry(delivery)
+        if entry is None:
             return
         await relay(self.deps, entry)
 

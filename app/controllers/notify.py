@@ -46,7 +46,7 @@ import logging
 from pydantic import ValidationError as PydanticValidationError
 
 from app.controllers import github_check
-from app.controllers.common import Deps, StageController
+from app.controllers.common import Deps, StageController, tapped_entry
 from app.controllers.dlq.reconcilers import (
     LogReconciler,
     Outcome,
@@ -84,11 +84,8 @@ async def relay(deps: Deps, entry: RequestLog) -> int:
 
 class NotifyRelayController(StageController):
     async def process(self, delivery: Delivery) -> None:
-        try:
-            entry = m.LogMsg.model_validate(delivery.payload).entry()
-        except (ValueError, PydanticValidationError):
-            log.warning("not a log entry; left to the gateway's dead letters",
-                        extra={"topic": delivery.topic, "message_id": delivery.message_id})
+        entry = tapped_entry(delivery)
+        if entry is None:
             return
         if n.event_of(entry) is None:
             return
