@@ -7,7 +7,7 @@ batches are still polled so their builds' ends are recorded.
 |---|---|---|
 | build terminal | at | replay the ``speculate`` wake-up of its status (same id; only this controller writes a build's status, so a crash between that write and the wake-up would otherwise strand the queue); ack |
 | build live, runner reports the same status and log URL | at | cancel it if unwanted; on a redelivery (attempt > 1: an earlier run failed or died, maybe between its write and its wake-up) replay the wake-up of that status (same id); hold and poll again |
-| build live, runner reports a new status, log URL or tested tree | before | in one transaction: conditional write of the status, URL and tested base / commit / tree / changes, and log ``building`` (one per status reached, with the runner's detail and what it tests: base, commit, tree) and ``built`` on success for each member; then a ``speculate`` wake-up (id names build and status); hold unless terminal |
+| build live, runner reports a new status, log URL or tested tree | before | in one transaction: conditional write of the status, URL, the runner's detail and tested base / commit / tree / changes, and log ``building`` (one per status reached, with the runner's detail and what it tests: base, commit, tree) and ``built`` on success for each member; then a ``speculate`` wake-up (id names build and status); hold unless terminal |
 | build missing | invalid | raise ``NotFound`` |
 
 *Unwanted*: the batch is halted, or its path entry is missing, cancelling, cancelled,
@@ -93,7 +93,7 @@ class BuildSignalController(StageController):
         async with self.deps.transaction() as (s, outbox):
             await spec_repo.update_build(s, old=build, new=replace(
                 build, status=status, log_url=url, version=build.version + 1,
-                **_tested_fields(build, tested)), now_ms=now)
+                detail=(detail or "")[:2000], **_tested_fields(build, tested)), now_ms=now)
             await outbox.logs(entries)
         await self._wake(batch, build.id, status)
 

@@ -33,7 +33,7 @@ The run, over every active batch (``created``/``speculating``/``merging``/``canc
 | ``created`` | admit (as above) |
 | ``cancelling`` | stop its live paths; when none is live, write ``cancelled`` and publish ``conclude`` |
 | ``speculating``, a path passed or building in an older trunk epoch (its build ran on a tip the target no longer has: it moved outside the queue) | refuted before the planner sees it: a new attempt (``pending``, attempt + 1; not an errored attempt, so it spends none of the errored-build budget), counted on the move's ``rebuilt`` in the plan's transaction; an epoch the batch's own merge started (the tip another batch landed, which its builds lacked) refutes that batch's paths alone |
-| ``speculating`` | the planner's verdict: **merge** on a passed path whose assumptions all came true, or on full coverage when the queue allows it (then each overtaken dependency gains the head as a dependency and its old paths are cancelled); **fail** when every dependency settled and every valid path failed; else fund paths within the budget. A build that ended ``errored`` gives its path a new attempt (up to ``core.MAX_BUILD_ATTEMPTS``, ``core.fold``) |
+| ``speculating`` | the planner's verdict: **merge** on a passed path whose assumptions all came true, or on full coverage when the queue allows it (then each overtaken dependency gains the head as a dependency and its old paths are cancelled); **fail** when every dependency settled and every valid path failed (its text leads with the runner's ``no_ci_started`` detail when that ended each failed path's last build); else fund paths within the budget. A build that ended ``errored`` gives its path a new attempt (up to ``core.MAX_BUILD_ATTEMPTS``, ``core.fold``) |
 | ``merging`` | nothing (its outcome arrives through ``mergesignal``); its live paths hold budget |
 | any, the queue frozen with ``allow_builds`` false (``app/controllers/freeze.py``) | as above, but the planner gets no budget (it funds nothing new, cancels nothing to make room) and no build is dispatched, not even a retry of an errored one (pending entries wait, unlinked, and are dispatched by the first run after the freeze ends: the unfreeze wakes the queue, the ``freeze-thaw`` job wakes it when ``until`` or a window ends); running builds finish and are folded in |
 
@@ -100,6 +100,7 @@ from app.domain.messages import (
     LogMsg,
     log_id,
 )
+from app.domain.removals import NO_CI_STARTED_PREFIX
 from app.domain.states import BatchState, BuildStatus, PathStatus
 from app.queue import Delivery
 from app.speculation import core
@@ -383,8 +384,11 @@ class SpeculateController:
     @staticmethod
     def _fail_reason(snap: Snapshot, head: str, reason: str) -> str:
         """The planner's reason plus the builds this run saw end it (status and log);
-        ``errored`` means the path's last attempt was lost too, not that a test failed."""
-        seen = []
+        ``errored`` means the path's last attempt was lost too, not that a test failed.
+        When no CI started for any of them (each last build errored ``no_ci_started``),
+        the runner's words come first: the removal is ``no_ci_started``, not a failure
+        of the change."""
+        seen, no_ci = [], []
         for e in snap.entries.get(head, []):
             build = snap.builds.get(snap.links.get((e.id, e.attempt), ""))
             if e.status is PathStatus.FAILED and build is not None:
@@ -392,7 +396,11 @@ class SpeculateController:
                 lost = f" after {e.attempt} attempts" \
                     if build.status is BuildStatus.ERRORED else ""
                 seen.append(f"{build.id} ({build.status.value}{lost}{where})")
-        return f"{reason}; last builds: {', '.join(seen[:3])}" if seen else reason
+                if build.status is BuildStatus.ERRORED and \
+                        build.detail.startswith(NO_CI_STARTED_PREFIX):
+                    no_ci.append(build.detail)
+        text = f"{reason}; last builds: {', '.join(seen[:3])}" if seen else reason
+        return f"{no_ci[-1]}; {text}" if no_ci and len(no_ci) == len(seen) else text
 
     async def _write_set(self, s: AsyncSession, snap: Snapshot, head: str) -> None:
         if not snap.changed(head):

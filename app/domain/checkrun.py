@@ -11,7 +11,7 @@
 | in flight: speculating, landing, cancelling | ``in_progress`` / - | ``pending`` | its activity: ``Building · ...``, ``Landing · ...`` |
 | in flight, its stage dead-lettered or parked | ``in_progress`` / - | ``pending`` | ``Needs an operator: ...`` |
 | ``landed`` | ``completed`` / ``success`` | ``success`` | ``Landed as 1a2b3c4d5e6f`` |
-| ``error`` | ``completed`` / ``failure`` (``action_required`` when dead-lettered) | ``failure`` | ``Removed: <the typed reason in words>`` |
+| ``error`` | ``completed`` / ``failure`` (``action_required`` when dead-lettered or no CI started) | ``failure`` | ``Removed: <the typed reason in words>`` |
 | ``cancelled`` | ``completed`` / ``cancelled`` (``neutral`` when superseded by a new push) | ``error`` | ``Cancelled: ...`` |
 
 The summary carries the request's page, its position, chance and ETA while in flight,
@@ -124,7 +124,8 @@ def _conclusion(f: CheckFacts) -> str | None:
     if f.status == "landed":
         return "success"
     if f.status == "error":
-        return "action_required" if f.reason == "dead_lettered" else "failure"
+        return "action_required" if f.reason in ("dead_lettered", "no_ci_started") \
+            else "failure"
     if f.status == "cancelled":
         return "neutral" if f.reason == "superseded" else "cancelled"
     return None

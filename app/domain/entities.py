@@ -196,6 +196,9 @@ class Build:
     tree_sha: str = ""
     changes: tuple[str, ...] = ()
     epoch: int = 0
+    # The runner's last words on it (``BuildReport.detail``, at most 2,000 characters),
+    # e.g. why it ended ``errored``.
+    detail: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ page kinds map onto these, ``app/views/trail.py``), outbound notifications
 | ``dependency_failed`` | yes | ``error``: a dependency the queue needs (repository, build system, GitHub) stayed unreachable past the retry window |
 | ``dead_lettered`` | yes | ``error``: a stage exhausted its retries and its dead-letter reconciler ended the request |
 | ``superseded`` | yes | ``error``: another live request already carries the change (the duplicate check); ``cancelled`` by a push to its pull request (``cancelled: superseded by a new push``) |
-| ``no_ci_started`` | no (GitHub checks) | reserved: required checks never started |
+| ``no_ci_started`` | yes (GitHub checks) | ``error``: every path's last build ended ``errored`` because none of the queue's required checks appeared on its branch within ``checks_start_timeout_s`` (after the errored-build retries) |
 | ``flake_suspected`` | no (flaky builds) | reserved: a failure the queue suspects is a flake |
 
 An ``error`` none of these describes has no reason (``None``): the error text says what
@@ -41,8 +41,7 @@ class RemovalReason(StrEnum):
 
 
 #: The reasons some stage produces today; the others are reserved for later features.
-PRODUCED = frozenset(RemovalReason) - {RemovalReason.NO_CI_STARTED,
-                                       RemovalReason.FLAKE_SUSPECTED}
+PRODUCED = frozenset(RemovalReason) - {RemovalReason.FLAKE_SUSPECTED}
 
 #: Each reason in words (for notifications; the pages tell it with their evidence).
 WORDS: dict[RemovalReason, str] = {
@@ -55,7 +54,8 @@ WORDS: dict[RemovalReason, str] = {
                                      "queue's retry window",
     RemovalReason.DEAD_LETTERED: "a stage kept failing and was dead-lettered; see the "
                                  "dead letters on /admin",
-    RemovalReason.NO_CI_STARTED: "no CI run started for it",
+    RemovalReason.NO_CI_STARTED: "no CI run started for it: none of the required checks "
+                                 "appeared on the queue's branch",
     RemovalReason.FLAKE_SUSPECTED: "its build failure looks like a flake",
     RemovalReason.SUPERSEDED: "another live request already carries this change",
 }
@@ -69,6 +69,10 @@ DEAD_LETTER = re.compile(r"^dead-lettered from (?P<topic>[\w.-]+) after (?P<n>\d
 #: the cancel reason of a pull request pushed to while queued (``github_events``); the
 #: cancel stage writes ``last_error`` = ``cancelled: <reason>``
 SUPERSEDED_BY_PUSH = "superseded by a new push"
+#: a build runner's detail when no required check appeared (``github_checks``); the
+#: speculate stage puts it first in a failure when it ended every path
+#: (``no_ci_started: none of the required checks (...) appeared on ...; <NO_PATH_PASSED>``)
+NO_CI_STARTED_PREFIX = "no_ci_started:"
 #: ``app/controllers/validate.py``'s duplicate check.
 DUPLICATE = re.compile(r"^duplicate of in-flight request (?P<sqid>\S+?):")
 #: ``mergeconflictsignal`` / ``mergesignal``.
@@ -95,6 +99,8 @@ def classify(status: str, last_error: str) -> RemovalReason | None:
         return RemovalReason.STALE
     if err.startswith((MERGE_CONFLICT_PREFIX, MERGE_FAILED_PREFIX)):
         return RemovalReason.MERGE_CONFLICT
+    if err.startswith(NO_CI_STARTED_PREFIX):
+        return RemovalReason.NO_CI_STARTED
     if NO_PATH_PASSED in err:
         return RemovalReason.BUILD_FAILED
     if DUPLICATE.match(err):
@@ -105,6 +111,7 @@ def classify(status: str, last_error: str) -> RemovalReason | None:
 #: The pages' finer kinds (``app/views/trail.py``) in this vocabulary.
 OF_PAGE_KIND: dict[str, RemovalReason | None] = {
     "build_failed": RemovalReason.BUILD_FAILED,
+    "no_ci_started": RemovalReason.NO_CI_STARTED,
     "merge_conflict": RemovalReason.MERGE_CONFLICT,
     "cancelled": RemovalReason.CANCELLED,
     "dead_lettered": RemovalReason.DEAD_LETTERED,

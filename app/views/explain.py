@@ -124,6 +124,10 @@ def next_steps(removal: Removal, *, alone_failed: bool | None = None,
 
 
 _STEPS: dict[str, tuple[str, ...]] = {
+    "no_ci_started": ("Nothing is wrong with the change itself: the queue's CI never "
+                      "started on its branches. Make CI run on pushes to the queue's "
+                      "branches (sq/**) and report the required checks by those names, "
+                      "then submit it again.",),
     "merge_conflict": ("Rebase the change onto the latest target branch, resolve the "
                        "conflicts, push and submit it again.",),
     "cancelled": ("Nothing to do, unless you still want it landed: then submit it again.",),

@@ -12,6 +12,7 @@ terminal stage has no duration).
 | Kind | When | Evidence |
 |---|---|---|
 | ``build_failed`` | ``error`` and no speculation path could pass | each failed build: path, its assumptions, log link |
+| ``no_ci_started`` | ``error``: no required check ever appeared on its builds' branches (the ``github_checks`` runner) | the checks named, the fix, each errored build |
 | ``merge_conflict`` | ``error`` from the pre-batch merge check, or a merge that failed | the conflicting paths |
 | ``cancelled`` | ``cancelled``: by its own cancel (with the reason given) or with its batch | the batch |
 | ``dead_lettered`` | ``error`` after a stage exhausted its retries (the stage is named) | the admin page |
@@ -38,7 +39,7 @@ from app.domain.entities import RequestLog
 from app.domain.outages import UNAVAILABLE_PREFIX
 from app.domain.removals import DEAD_LETTER as _DLQ
 from app.domain.removals import DUPLICATE as _DUPLICATE
-from app.domain.removals import NO_PATH_PASSED, classify
+from app.domain.removals import NO_CI_STARTED_PREFIX, NO_PATH_PASSED, classify
 from app.domain.states import Assumption, LogType
 
 _PATHS = re.compile(r"\(conflicting paths: (?P<paths>[^)]*)\)")
@@ -205,6 +206,8 @@ def _removal(
         text = (f"Merge conflict {where}: the change does not apply onto the target branch"
                 + (f"; conflicting paths: {', '.join(listed)}." if listed else f". {err}"))
         return Removal("merge_conflict", text, tuple(Evidence(p) for p in listed))
+    if err.startswith(NO_CI_STARTED_PREFIX):
+        return _no_ci_started(builds, err)
     if NO_PATH_PASSED in err:
         return _build_failed(history, builds, assumptions, err)
     m = _DUPLICATE.match(err)
@@ -218,6 +221,14 @@ def _removal(
     if batch_id is None:
         return Removal("rejected", f"Rejected before batching: {err}")
     return Removal("error", err)
+
+
+def _no_ci_started(builds: Sequence[BuildFact], err: str) -> Removal:
+    said = err.removeprefix(NO_CI_STARTED_PREFIX).split(f"; {NO_PATH_PASSED}")[0].strip()
+    evidence = tuple(Evidence(f"build {b.build_id} (no check started)", safe_url(b.log_url))
+                     for b in builds if b.status == "errored")
+    return Removal("no_ci_started", "No CI run started for it, so nothing could test it: "
+                   f"{said}.", evidence)
 
 
 def _cancelled(history: Sequence[RequestLog], batch_id: str | None) -> Removal:

@@ -305,3 +305,93 @@ async def test_required_checks_are_the_builds_and_the_tested_commit_lands(
     assert tip in tested  # main is exactly a commit whose required check passed
     assert all(not force for _, _, force, _ in fake.ref_updates)
     assert fake.repo.git("for-each-ref", "refs/heads/sq/").stdout == ""
+
+
+async def test_a_ci_that_never_starts_removes_the_request_no_ci_started(
+        database_url: str, tmp_path: Path, fake: FakeGitHub,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """No CI runs on the queue's branches (the fake's CI is off): each attempt of the
+    path errors ``no_ci_started`` after ``checks_start_timeout_s``; once the errored
+    attempts are spent the request is removed ``no_ci_started`` — not ``build_failed``:
+    the page names the checks that never appeared and the fix, and the SubmitQueue
+    check-run asks for action. Nothing lands and no queue branch is left behind."""
+    app_auth(fake, monkeypatch)
+    (tmp_path / "queues.yaml").write_text(CHECKS_QUEUES.replace("{api}", fake.base_url)
+                                          .replace("checks_start_timeout_s: 30",
+                                                   "checks_start_timeout_s: 0.5"))
+    pull = fake.open_pull({"one/a.txt": "fine\n"}, title="One")
+    tip = fake.tip()
+    async with serve(database_url, tmp_path) as server:
+        r = await label(fake, server.base_url, pull.number)
+        assert r.json()["outcomes"][0]["action"] == "landed", r.text
+        assert await server.wait_all_terminal(["widgets/1"], queue="widgets",
+                                              timeout=45) == {"widgets/1": "error"}
+        error = (await server.summary("widgets/1"))["last_error"]
+        assert error.startswith("no_ci_started: none of the required checks (test) "
+                                "appeared on sq/widgets/"), error
+        assert "errored after 5 attempts" in error  # the errored-build retries were spent
+        view = (await server.client.get("/api/v1/queues/widgets/requests/1/view")).json()
+        removal = view["removal"]
+        assert (removal["kind"], removal["reason"]) == ("no_ci_started", "no_ci_started")
+        assert removal["text"].startswith("No CI run started for it"), removal
+        assert "on: push: branches: ['sq/**']" in removal["text"]
+        assert any("sq/**" in step for step in removal["next_steps"]), removal
+
+        def settled() -> bool:
+            return submitqueue_runs(fake).get(pull.head_sha, {}).get("status") == "completed"
+
+        await wait_for(settled, "the SubmitQueue check-run completed")
+    run = submitqueue_runs(fake)[pull.head_sha]
+    assert run["conclusion"] == "action_required", run
+    assert "Reason: `no_ci_started`" in run["summary"], run
+    assert fake.tip() == tip  # nothing landed
+    assert fake.repo.git("for-each-ref", "refs/heads/sq/").stdout == ""
+
+
+async def test_a_passed_up_to_date_pull_request_lands_without_ci_paid_twice(
+        database_url: str, tmp_path: Path, fake: FakeGitHub,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """CI runs on pull requests too (``pulls=True``) and both pull requests' heads
+    passed. The one that lands first is up to date with main: its tree is its head's,
+    so its checks count and nothing is built on a queue branch. The other is then
+    behind main (the first landed): the tree with both never ran CI, so it is built
+    once on a queue branch before it lands. Main ends as commits whose trees passed.
+    (Both may first be taken as they are, each first in its lane on the old tip; the
+    one that lands second is then refuted by the move and built on the new tip.)"""
+    app_auth(fake, monkeypatch)
+    (tmp_path / "queues.yaml").write_text(CHECKS_QUEUES.replace("{api}", fake.base_url))
+    fake.simulate_ci("test", pulls=True)
+    pulls = [fake.open_pull({"one/a.txt": "fine\n"}, title="One"),
+             fake.open_pull({"two/b.txt": "fine\n"}, title="Two")]
+    heads = {p.head_sha for p in pulls}
+    async with serve(database_url, tmp_path) as server:
+        for pull in pulls:  # CI's checks on the heads, as a pull_request workflow gives
+            assert [c.conclusion for c in await fake_checks(fake, pull.head_sha)] == [
+                "success"]
+        for pull in pulls:
+            r = await label(fake, server.base_url, pull.number)
+            assert r.json()["outcomes"][0]["action"] == "landed", r.text
+        sqids = ["widgets/1", "widgets/2"]
+        assert await server.wait_all_terminal(sqids, queue="widgets", timeout=45) == {
+            "widgets/1": "landed", "widgets/2": "landed"}
+        histories = [(await server.client.get(
+            f"/api/v1/queues/widgets/requests/{n}/history")).text for n in (1, 2)]
+    queue_ci = [c for c in fake.check_runs
+                if c["name"] == "test" and c["head_sha"] not in heads]
+    assert len(queue_ci) == 1, queue_ci  # one of the two was built, once
+    # the first to land was not built again; the other may have been too, on the tip
+    # before the first landed (then the move made it build on the new tip: once)
+    assert any("no CI paid twice" in h for h in histories), histories
+    tip = fake.tip()
+    assert all(fake.repo.is_ancestor(p.head_sha, tip) for p in pulls)
+    trees = {fake.repo.out("rev-parse", f"{c['head_sha']}^{{tree}}")
+             for c in fake.check_runs if c["name"] == "test" and c["conclusion"] == "success"}
+    assert fake.repo.out("rev-parse", f"{tip}^{{tree}}") in trees  # main's tree passed CI
+    assert all(not force for _, _, force, _ in fake.ref_updates)
+
+
+async def fake_checks(fake: FakeGitHub, sha: str) -> list[Any]:
+    from app.domain.github_config import GitHubConfig
+    from app.extensions.github.client import Credentials, GitHubClient
+    config = GitHubConfig(repository="acme/widgets", api_url=fake.base_url, token_env="T")
+    return await GitHubClient(config, Credentials(token="fake-token")).checks(sha)

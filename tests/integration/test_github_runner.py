@@ -110,3 +110,61 @@ async def test_changes_that_do_not_combine_fail_before_anything_is_pushed(
     build = await r.trigger(req)
     assert (await r.status(build)).status is BuildStatus.FAILED
     assert fake.repo.git("for-each-ref", "refs/heads/sq/").stdout == ""
+
+
+def ci_runs_on_queue_commits(fake: FakeGitHub, heads: set[str]) -> list[str]:
+    """The shas of check-runs CI reported on anything but the pull requests' heads."""
+    return [c["head_sha"] for c in fake.check_runs if c["head_sha"] not in heads]
+
+
+async def test_a_pull_request_up_to_date_whose_checks_passed_is_not_built_again(
+        fake: FakeGitHub, tmp_path: Path) -> None:
+    """No CI paid twice: the pull request alone on the target, up to date with it, its
+    head's required checks passed on the pull request: the path's tree is exactly that
+    head's tree, so the build succeeds at once with the commit pushed to a ref no CI
+    runs on (not a sq/ branch), and no check runs on it."""
+    fake.simulate_ci("test", pulls=True)
+    pull = fake.open_pull({"src/ok.py": "fine\n"})
+    r = runner(fake, tmp_path)
+    build = await r.trigger(request(1, pull.head_sha))
+    report = await r.status(build)
+    assert report.status is BuildStatus.SUCCEEDED, report
+    assert report.detail == (
+        f"no CI paid twice: this tree is exactly pull request head {pull.head_sha}'s, "
+        "whose required checks passed (test); nothing was built again")
+    assert report.tested is not None
+    assert report.tested.tree == fake.repo.out("rev-parse", f"{pull.head_sha}^{{tree}}")
+    assert fake.repo.resolve(f"refs/sq/builds/{build}") == report.tested.commit
+    assert fake.repo.is_ancestor(pull.head_sha, report.tested.commit)  # the merge shape
+    assert fake.repo.git("for-each-ref", "refs/heads/sq/").stdout == ""  # no branch
+    assert ci_runs_on_queue_commits(fake, {pull.head_sha}) == []  # CI ran once, on the PR
+
+
+@pytest.mark.parametrize("why", ["behind", "failed", "not_run", "behind_another"])
+async def test_anything_but_an_exact_passed_tree_is_built(
+        fake: FakeGitHub, tmp_path: Path, why: str) -> None:
+    """The pull request is behind its base (its tree is not the path's), its checks
+    failed or never ran on it, or another batch is assumed ahead: the tree is pushed to
+    the queue branch and CI runs on it."""
+    fake.simulate_ci("test", pulls=why != "not_run",
+                     verdict=(lambda sha: "failure") if why == "failed" else None)
+    pull = fake.open_pull({"src/ok.py": "fine\n"})
+    ahead = fake.open_pull({"other/x.py": "ahead\n"})
+    heads = {pull.head_sha, ahead.head_sha}
+    if why == "behind":
+        fake.repo.set_ref("refs/heads/main", fake.repo.commit(
+            fake.tip(), {"moved.txt": "outside\n"}, "main moved"))
+    req = request(1, pull.head_sha)
+    if why == "behind_another":
+        req = BuildRequest(
+            queue="widgets", batch_id="widgets/batch/1", path_id="p1", attempt=1,
+            base_changes=(f"github://{KEY}/pull/2/{ahead.head_sha}",),
+            head_changes=req.head_changes)
+    r = runner(fake, tmp_path)
+    build = await r.trigger(req)
+    assert fake.repo.resolve("refs/heads/sq/widgets/p1-1") is not None  # pushed: CI runs
+    assert fake.repo.resolve(f"refs/sq/builds/{build}") is None
+    report = await r.status(build)
+    assert report.status is (BuildStatus.FAILED if why == "failed" else BuildStatus.SUCCEEDED)
+    assert "no CI paid twice" not in report.detail
+    assert len(ci_runs_on_queue_commits(fake, heads)) == 1

@@ -134,11 +134,12 @@ class Rig:
 
     async def build(self, build_id: str, n: int, status: BuildStatus, *, path_id: str,
                     attempt: int = 1, version: int = 1, log_url: str = "",
-                    link: bool = True) -> Build:
+                    link: bool = True, detail: str = "") -> Build:
         """A build of batch ``n``'s path, linked to its (path, attempt) unless ``link``
         is False."""
         build = Build(queue=QUEUE, id=build_id, batch_id=batch_id(n), path_id=path_id,
-                      attempt=attempt, status=status, version=version, log_url=log_url)
+                      attempt=attempt, status=status, version=version, log_url=log_url,
+                      detail=detail)
         async with self.db.write() as s:
             await spec_repo.create_build(s, build=build, now_ms=self.broker.now_ms)
             if link:

@@ -33,6 +33,9 @@ ERRORS = [
      r.RemovalReason.MERGE_CONFLICT),
     ("merge failed: the merger gave no reason", r.RemovalReason.MERGE_CONFLICT),
     (f"batch demo/batch/1: {core.NO_PATH_PASSED}", r.RemovalReason.BUILD_FAILED),
+    ("no_ci_started: none of the required checks (test) appeared on sq/q/p-1 within 600 s; "
+     f"CI must run on pushes to the queue's branches; {core.NO_PATH_PASSED}; last builds: "
+     "q-b1 (errored after 5 attempts)", r.RemovalReason.NO_CI_STARTED),
     ("duplicate of in-flight request demo/3: git://x", r.RemovalReason.SUPERSEDED),
     ("the provider could not read the change", None),
     ("", None),
@@ -54,12 +57,11 @@ def test_cancelled_and_landed() -> None:
     assert r.classify("speculating", "") is None
 
 
-def test_the_vocabulary_is_the_issues_nine_words_two_reserved() -> None:
+def test_the_vocabulary_is_the_issues_nine_words_one_reserved() -> None:
     assert [x.value for x in r.RemovalReason] == [
         "build_failed", "merge_conflict", "stale", "cancelled", "dependency_failed",
         "dead_lettered", "no_ci_started", "flake_suspected", "superseded"]
-    assert set(r.RemovalReason) - r.PRODUCED == {r.RemovalReason.NO_CI_STARTED,
-                                                 r.RemovalReason.FLAKE_SUSPECTED}
+    assert set(r.RemovalReason) - r.PRODUCED == {r.RemovalReason.FLAKE_SUSPECTED}
     produced = {reason for _, reason in ERRORS if reason} | {r.RemovalReason.CANCELLED}
     assert produced == r.PRODUCED  # every produced word has a text that produces it
     assert set(r.WORDS) == set(r.RemovalReason)

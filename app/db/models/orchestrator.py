@@ -145,6 +145,8 @@ class BuildRow(SQLModel, table=True):
     tree_sha: str = string(SHA, server_default="")
     changes_json: str = text(server_default="[]")
     epoch: int = integer(server_default=0)
+    # the runner's last words on it (revision 0013), e.g. why it ended errored
+    detail: str = text(server_default="")
     created_at_ms: int = millis()
     updated_at_ms: int = millis()
 

@@ -55,6 +55,7 @@ def build_from_row(r: Any) -> Build:
         created_at_ms=r.created_at_ms, updated_at_ms=r.updated_at_ms,
         base_sha=r.base_sha or "", commit_sha=r.commit_sha or "", tree_sha=r.tree_sha or "",
         changes=tuple(json.loads(r.changes_json or "[]")), epoch=int(r.epoch or 0),
+        detail=r.detail or "",
     )
 
 

@@ -60,7 +60,8 @@ async def create_build(session: AsyncSession, *, build: Build, now_ms: int) -> N
     await session.execute(insert_ignore(session, bt).values(
         queue=build.queue, id=build.id, batch_id=build.batch_id, path_id=build.path_id,
         attempt=build.attempt, status=build.status.value, version=build.version,
-        log_url=build.log_url, epoch=build.epoch, created_at_ms=now_ms, updated_at_ms=now_ms))
+        log_url=build.log_url, epoch=build.epoch, detail=build.detail, created_at_ms=now_ms,
+        updated_at_ms=now_ms))
 
 
 async def get_build(session: AsyncSession, *, queue: str, id: str) -> Build:
@@ -97,7 +98,8 @@ async def update_build(session: AsyncSession, *, old: Build, new: Build, now_ms:
         new_version=new.version,
         values={"status": new.status.value, "log_url": new.log_url, "updated_at_ms": now_ms,
                 "base_sha": new.base_sha, "commit_sha": new.commit_sha,
-                "tree_sha": new.tree_sha, "changes_json": dumps(list(new.changes))})
+                "tree_sha": new.tree_sha, "changes_json": dumps(list(new.changes)),
+                "detail": new.detail})
 
 
 async def link(session: AsyncSession, *, queue: str, path_id: str, attempt: int,

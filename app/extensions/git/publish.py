@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from app.extensions.base import BuildRequest, TestedTree
+from app.extensions.git.apply import tree_of
 from app.extensions.git.cli import DEFAULT_TIMEOUT, GitMirror, mirror_name, repo_url
 from app.extensions.git.locking import mirror_lock
 from app.extensions.git.tree import speculative_tree
@@ -38,6 +39,15 @@ class TreePublisher:
         """Make the build's tree and push it as ``ref`` (default ``build_ref(build_id)``;
         the github_checks runner pushes a branch); raises ``TreeRefused`` when the
         changes cannot be combined (the build fails)."""
+        tested, _ = await self.publish_unless_same(request, build_id, ref=ref)
+        return tested
+
+    async def publish_unless_same(self, request: BuildRequest, build_id: str, *,
+                                  ref: str | None = None, same_as: str = "",
+                                  same_ref: str = "") -> tuple[TestedTree, bool]:
+        """``publish``; but when the tree made is exactly the tree of commit ``same_as``
+        (e.g. a pull request's head whose checks passed), push it as ``same_ref``
+        instead (a ref no CI runs on). Returns the tree and whether it was ``same_as``'s."""
         used: list[GitMirror] = []
 
         def mirror_for(key: str) -> GitMirror:
@@ -51,7 +61,9 @@ class TreePublisher:
         ) as tree:
             mirror = used[-1]
             async with mirror_lock(mirror.path):
+                same = bool(same_as) and await tree_of(mirror, same_as) == tree.tree
+                to = same_ref if same else (ref or build_ref(build_id))
                 await mirror.git("push", "--quiet", "--force", "--", mirror.url,
-                                 f"{tree.head}:{ref or build_ref(build_id)}")
+                                 f"{tree.head}:{to}")
             return TestedTree(base=tree.base, commit=tree.head, tree=tree.tree,
-                              changes=tree.changes, build_id=build_id)
+                              changes=tree.changes, build_id=build_id), same

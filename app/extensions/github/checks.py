@@ -20,9 +20,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from app.domain.removals import NO_CI_STARTED_PREFIX
 from app.domain.states import BuildStatus
 
-NO_CI_STARTED = "no_ci_started"
 _FAILED = frozenset({"failure", "action_required"})
 _ERRORED = frozenset({"cancelled", "timed_out", "stale", "error", "startup_failure"})
 _PASSED = frozenset({"success", "neutral", "skipped"})
@@ -62,7 +62,7 @@ def verdict(required: Sequence[str], seen: Sequence[Check], *, waited_s: float,
     if not mine:
         if waited_s >= start_timeout_s:
             return BuildStatus.ERRORED, (
-                f"{NO_CI_STARTED}: none of the required checks ({', '.join(required)}) "
+                f"{NO_CI_STARTED_PREFIX} none of the required checks ({', '.join(required)}) "
                 f"appeared on {branch} within {start_timeout_s:g} s; CI must run on pushes "
                 "to the queue's branches (GitHub Actions: on: push: branches: ['sq/**']) "
                 "and report checks with exactly these names")

@@ -133,6 +133,7 @@ class FakeGitHub:
         # simulated CI: check name -> conclusion for a commit pushed to a sq/ branch
         # (None: that check never starts); see simulate_ci
         self.ci: dict[str, Callable[[str], str | None]] = {}
+        self.ci_on_pulls = False
         self._ids = 1000
         self._users: dict[str, int] = {}
         self._lock = threading.RLock()
@@ -177,11 +178,12 @@ class FakeGitHub:
             pull.head_sha = sha
             return sha
 
-    def simulate_ci(self, *names: str,
-                    verdict: Callable[[str], str | None] | None = None) -> None:
+    def simulate_ci(self, *names: str, verdict: Callable[[str], str | None] | None = None,
+                    pulls: bool = False) -> None:
         """Report a completed check-run per name on every commit pushed to a ``sq/``
-        branch, the first time its checks are asked for; ``verdict(sha)`` is the
-        conclusion (default: ``failure`` when a file has a line ``BROKEN``, as the
+        branch (with ``pulls``, on every pull request's head too, as CI ``on:
+        pull_request`` does), the first time its checks are asked for; ``verdict(sha)``
+        is the conclusion (default: ``failure`` when a file has a line ``BROKEN``, as the
         sandbox's test does; None: the check never starts)."""
         def broken(sha: str) -> str:
             found = self.repo.git("grep", "-q", "-E", "-e", "^BROKEN$", sha, check=False)
@@ -190,11 +192,13 @@ class FakeGitHub:
             return "failure" if found.returncode == 0 else "success"
 
         self.ci = dict.fromkeys(names, verdict or broken)
+        self.ci_on_pulls = pulls
 
     def _run_ci(self, sha: str) -> None:
         if not self.ci:
             return
-        tips = self.repo.out("for-each-ref", "--format=%(objectname)", "refs/heads/sq/")
+        where = ["refs/heads/sq/", *(["refs/pull/"] if self.ci_on_pulls else [])]
+        tips = self.repo.out("for-each-ref", "--format=%(objectname)", *where)
         if sha not in tips.split():
             return
         with self._lock:

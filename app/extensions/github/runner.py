@@ -14,9 +14,15 @@
   cancelled: not built yet).
 - A finished build's branch is deleted too (best effort).
 
+- **No CI paid twice**: when the path is one pull request alone on the target (no
+  batch assumed ahead of it) and its head already passed every required check, the
+  tree is made as always; if it is exactly the head's tree (the pull request is up to
+  date with its base), the commit is pushed to ``refs/sq/builds/<build id>`` (no CI
+  runs on it: it is not a branch) and the build succeeds at once with it as the tested
+  commit: the checks that passed on that very tree count.
+
 Not built yet: check_run / check_suite / status webhooks (polling only), reading the
-required checks from branch protection or rulesets, and counting a pull request's own
-passed checks instead of building again ("no CI paid twice").
+required checks from branch protection or rulesets.
 """
 
 from __future__ import annotations
@@ -26,11 +32,12 @@ import time
 from collections.abc import Sequence
 
 from app.domain.build_run import BuildRun
+from app.domain.checkrun import pull_heads
 from app.domain.errors import NotFound
 from app.domain.states import BuildStatus
 from app.extensions.base import BuildReport, BuildRequest, BuildStore
 from app.extensions.builds import runlog
-from app.extensions.git.publish import TreePublisher
+from app.extensions.git.publish import TreePublisher, build_ref
 from app.extensions.git.tree import TreeRefused
 from app.extensions.github.checks import verdict
 from app.extensions.github.client import GitHubClient
@@ -73,15 +80,46 @@ class GitHubChecksRunner:
         if run is None or run.tested is not None or run.status.terminal:
             return build_id  # pushed already (a redelivered trigger), or ended
         branch = self.branch(request)
+        head = await self._passed_head(request)
         try:
-            tested = await self.publisher.publish(request, build_id, ref=f"refs/heads/{branch}")
+            tested, reused = await self.publisher.publish_unless_same(
+                request, build_id, ref=f"refs/heads/{branch}", same_as=head,
+                same_ref=build_ref(build_id))
         except TreeRefused as exc:
             await self._end(build_id, BuildStatus.FAILED, str(exc))
             return build_id
         await self.store.update(build_id, now_ms=self.clock(), tested=tested)
+        if reused:
+            await self._say(build_id, f"tree {tested.commit} pushed to {build_ref(build_id)} "
+                            f"(on {tested.base}), not to a queue branch")
+            await self._end(build_id, BuildStatus.SUCCEEDED, (
+                f"no CI paid twice: this tree is exactly pull request head {head}'s, whose "
+                f"required checks passed ({', '.join(self.checks)}); nothing was built again"))
+            return build_id
         await self._say(build_id, f"tree {tested.commit} pushed to {branch} (on "
                         f"{tested.base}); waiting for {', '.join(self.checks)}")
         return build_id
+
+    async def _passed_head(self, request: BuildRequest) -> str:
+        """The head commit of the path's one pull request when the path is that pull
+        request alone on the target (first in its lane) and every required check already
+        passed on it ("" otherwise): if the tree made is exactly that commit's tree, its
+        checks count and nothing is built again. A failure to read them only costs a
+        build."""
+        heads = pull_heads(request.head_changes, self.client.config.host,
+                           self.client.config.repository)
+        if request.base_changes or len(request.head_changes) != 1 or len(heads) != 1:
+            return ""
+        sha = heads[0][1]
+        try:
+            seen = await self.client.checks(sha)
+        except Exception as exc:
+            log.warning("could not read a pull request's checks; building it",
+                        exc_info=exc, extra={"queue": self.queue, "sha": sha})
+            return ""
+        status, _ = verdict(self.checks, seen, waited_s=0, start_timeout_s=1,
+                            branch="the pull request")
+        return sha if status is BuildStatus.SUCCEEDED else ""
 
     async def status(self, build_id: str) -> BuildReport:
         run = await self.store.get(build_id)

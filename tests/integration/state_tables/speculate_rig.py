@@ -41,6 +41,7 @@ class E:
     build: BuildStatus | None = None
     attempt: int = 1
     build_id: str = ""
+    detail: str = ""  # the runner's last words on the build
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,8 @@ def queue(*batches: B, budget: int | None = None, coverage: bool = False,
             for e in b.entries:
                 if e.build is not None:
                     await rig.build(e.build_id or f"build-{b.n}", b.n, e.build,
-                                    path_id=e.path.id, attempt=e.attempt, log_url=URL)
+                                    path_id=e.path.id, attempt=e.attempt, log_url=URL,
+                                    detail=e.detail)
         rig.broker.now_ms = NOW_MS
     return seed
 

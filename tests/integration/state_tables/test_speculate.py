@@ -79,6 +79,8 @@ from tests.support.controllers import (
 
 FAILED_BY = f"{NO_PATH_PASSED}; last builds: build-1 (failed, {URL})"
 LOST_BY = f"{NO_PATH_PASSED}; last builds: build-1 (errored after 5 attempts, {URL})"
+NO_CI = ("no_ci_started: none of the required checks (test) appeared on sq/demo/p-5 within "
+         "600 s")
 TERMINAL_LIVE = "batch terminal, some member not terminal"
 OUTDATED = ("``speculating``, a path passed or building in an older trunk epoch (its build "
             "ran on a tip the target no longer has: it moved outside the queue)")
@@ -181,6 +183,13 @@ TABLE = StateTable(speculate, [
         E(P1, BUILDING, BuildStatus.ERRORED, attempt=5),))), msg(1),
          name="errored-at-the-last-attempt-fails", published=concluded(1),
          check=both(batch_is(1, BatchState.FAILED, 3, reason=LOST_BY),
+                    entries_are(1, (P1, PathStatus.FAILED, 5)))),
+    # No CI started for its last attempt either: the runner's words lead the failure, so
+    # the removal is no_ci_started (app/domain/removals.py), not a failure of the change.
+    Case("``speculating``", queue(B(1, SPEC, entries=(
+        E(P1, BUILDING, BuildStatus.ERRORED, attempt=5, detail=NO_CI),))), msg(1),
+         name="no-ci-started-at-the-last-attempt-fails-so", published=concluded(1),
+         check=both(batch_is(1, BatchState.FAILED, 3, reason=f"{NO_CI}; {LOST_BY}"),
                     entries_are(1, (P1, PathStatus.FAILED, 5)))),
     Case("``speculating``", queue(RUNNING_1, B(2, SPEC, deps=(1,), entries=(E(P2S, PASSED),)),
                                   budget=1), msg(2), name="passed-path-waits",

@@ -1,0 +1,32 @@
+"""build detail: what a build's runner last said of it
+
+Revision ID: 0013
+Revises: 0012
+Create Date: 2026-12-06
+
+``builds`` gains ``detail``, the runner's last words on the build (e.g. the
+``github_checks`` runner's ``no_ci_started: none of the required checks ...``), so the
+speculate stage can say why a path's builds ended when it fails the batch. Existing
+builds keep an empty detail.
+"""
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = '0013'
+down_revision: str | None = '0012'
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table('builds', schema=None) as batch_op:
+        batch_op.add_column(sa.Column('detail', sa.Text(), server_default='',
+                                      nullable=False))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table('builds', schema=None) as batch_op:
+        batch_op.drop_column('detail')
