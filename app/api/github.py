@@ -2,7 +2,7 @@
 
 | Answer | When |
 |---|---|
-| 200 ``{"delivery", "event", "duplicate": false, "outcomes": [{queue, action, detail, sqids}]}`` | verified and handled (``action``: landed, cancelled, refused, ignored; an event that asks nothing has no outcome) |
+| 200 ``{"delivery", "event", "duplicate": false, "outcomes": [{queue, action, detail, sqids}]}`` | verified and handled (``action``: landed, cancelled, refused, ignored, checked — a check event woke a queue build's poll; an event that asks nothing has no outcome) |
 | 200 ``{..., "duplicate": true, "outcomes": []}`` | this ``X-GitHub-Delivery`` was handled before: nothing is done again |
 | 400 | ``X-GitHub-Delivery`` missing, the body not JSON, or not the event ``X-GitHub-Event`` names |
 | 401 | ``X-Hub-Signature-256`` missing, malformed or matching no queue's ``github.webhook_secret_env`` |
@@ -11,7 +11,8 @@
 Signed, not token-authenticated: the signature is checked over the raw body before it is
 parsed. Configure the webhook (or the GitHub App's) with content type
 ``application/json``, the secret of ``github.webhook_secret_env``, and the events
-``pull_request`` and ``issue_comment`` (docs/github.md).
+``pull_request`` and ``issue_comment``, and for a ``github_checks`` queue ``check_run``,
+``check_suite`` and ``status`` (docs/github.md).
 """  # noqa: E501 - tables read best unwrapped
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ router = APIRouter(prefix="/api/v1/github", tags=["github"])
 
 class OutcomeOut(BaseModel):
     queue: str
-    action: Literal["landed", "cancelled", "refused", "ignored"]
+    action: Literal["landed", "cancelled", "refused", "ignored", "checked"]
     detail: str
     sqids: list[str]
 

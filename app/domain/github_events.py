@@ -8,6 +8,7 @@
 | ``pull_request`` ``closed`` | cancel: "pull request #<n> was closed" (or "... merged outside the queue") |
 | ``issue_comment`` ``created`` on a pull request, first line ``/submitqueue land`` | land the current head, if the commenter has write access (checked through the API) |
 | ``issue_comment`` ``created``, first line ``/submitqueue cancel`` | cancel, if the commenter has write access |
+| ``check_run``, ``check_suite``, ``status`` | ``checks_changed``: the branches whose head's checks changed (a ``sq/`` branch's build asks GitHub at once; ``app/extensions/github/runner.py``) |
 | ``ping`` | nothing (GitHub's hello when a webhook is made) |
 | anything else | nothing |
 
@@ -132,3 +133,39 @@ def _comment(payload: Any) -> Intent | None:
         return Intent("land", repo, number, sender, needs_write=True)
     return Intent("cancel", repo, number, sender, needs_write=True,
                   reason=f"cancelled by @{sender} with {CANCEL_COMMAND}")
+
+
+CHECK_EVENTS = frozenset({"check_run", "check_suite", "status"})
+
+
+@dataclass(frozen=True, slots=True)
+class ChecksChanged:
+    """A check-run, check suite or commit status changed on ``sha``, the head of
+    ``branches`` (none when GitHub names no branch, e.g. a commit no branch points at)."""
+
+    repository: str
+    sha: str
+    branches: tuple[str, ...]
+
+
+def checks_changed(event: str, payload: Any) -> ChecksChanged | None:
+    """What a ``check_run`` / ``check_suite`` / ``status`` event says changed (None for
+    another event)."""
+    if event not in CHECK_EVENTS:
+        return None
+    repo = _str(payload, "repository", "full_name")
+    if event == "status":
+        branches = _get(payload, "branches")
+        if not isinstance(branches, list):
+            raise InvalidPayload("the webhook payload's branches is not a list")
+        names = tuple(b["name"] for b in branches
+                      if isinstance(b, dict) and isinstance(b.get("name"), str))
+        return ChecksChanged(repo, _str(payload, "sha"), names)
+    suite = _get(payload, "check_run", "check_suite") if event == "check_run" \
+        else _get(payload, "check_suite")
+    if not isinstance(suite, dict):
+        raise InvalidPayload(f"the webhook payload's {event} check suite is not an object")
+    head = suite.get("head_branch")
+    sha = _str(payload, "check_run", "head_sha") if event == "check_run" \
+        else _str(payload, "check_suite", "head_sha")
+    return ChecksChanged(repo, sha, (head,) if isinstance(head, str) and head else ())

@@ -68,7 +68,7 @@ _RUNNER_KEYS = {
     "fake": {"type", "delay_ms"},
     "command": {"type", "command", "timeout_s", "max_parallel", "sandbox", "network"},
     "webhook": {"type", "url", "secret_env", "timeout_s"},
-    "github_checks": {"type", "checks", "checks_start_timeout_s", "timeout_s"},
+    "github_checks": {"type", "checks", "checks_start_timeout_s", "timeout_s", "poll_s"},
 }
 
 
@@ -93,7 +93,9 @@ class BuildRunnerConfig(_Cfg):
     - ``github_checks``: pushes each build's tree as the branch ``sq/<queue>/<path>-<n>``
       and waits for GitHub's ``checks`` (required check names) on it; none of them
       within ``checks_start_timeout_s`` (default 600) is ``no_ci_started`` (needs the
-      ``git`` and ``github`` blocks; docs/github.md).
+      ``git`` and ``github`` blocks; docs/github.md). GitHub is asked at most every
+      ``poll_s`` (default 15) per build, and at once when a ``check_run``,
+      ``check_suite`` or ``status`` webhook names the build's branch.
     """
 
     type: Literal["fake", "command", "webhook", "github_checks"] = "fake"
@@ -108,6 +110,7 @@ class BuildRunnerConfig(_Cfg):
     infra_exit_codes: tuple[int, ...] = (75,)
     checks: tuple[str, ...] = ()
     checks_start_timeout_s: float = Field(default=600.0, gt=0, le=24 * 3600)
+    poll_s: float = Field(default=15.0, gt=0, le=3600)
 
     @field_validator("command")
     @classmethod

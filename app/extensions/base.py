@@ -165,8 +165,15 @@ class BuildStore(Protocol):
         self, build_id: str, *, now_ms: int, status: BuildStatus | None = None,
         detail: str | None = None, exit_code: int | None = None, log_url: str | None = None,
         pid: int | None = None, tested: TestedTree | None = None,
+        heartbeat_ms: int | None = None,
     ) -> BuildRun | None:
         """Change an unfinished run; returns the run as stored afterwards (None if unknown)."""
+        ...
+
+    async def nudge(self, queue: str, path_id: str, attempt: int) -> int:
+        """Zero ``heartbeat_ms`` of the unfinished runs of (queue, path, attempt), so a
+        runner that asks its CI at most so often (``github_checks``) asks at its next
+        status; returns how many runs it changed."""
         ...
 
     async def set_log(self, build_id: str, text: str) -> None:

@@ -11,8 +11,11 @@
    failed (503), so that GitHub's "Redeliver" can try again.
 3. **Intent** (``app/domain/github_events.py``, pure), per matched queue serving the
    payload's repository.
-4. **Act.** A land: the change URI ``github://{host}/{repo}/pull/{n}/{head}`` (the
-   current head, read through the API for a comment command) through
+4. **Act.** A check event (``check_run``, ``check_suite``, ``status``) on a queue
+   branch: the queue's ``github_checks`` runner reads that build's checks at its next
+   poll (``checked``; nothing for another branch). A land: the change URI
+   ``github://{host}/{repo}/pull/{n}/{head}`` (the current head, read through the API
+   for a comment command) through
    ``landing.accept`` with the actor ``github:<login>``; a refusal the REST route would
    answer with a 4xx (already queued, already landed, quota) is reported in the
    outcome, not raised. A cancel: every live request of the queue whose changes
@@ -39,7 +42,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -56,7 +59,7 @@ from app.domain.errors import (
     ValidationError,
 )
 from app.domain.github_config import GitHubConfig
-from app.domain.github_events import Intent, intent
+from app.domain.github_events import Intent, checks_changed, intent
 from app.domain.queue_config import QueueConfig
 from app.domain.states import PublicStatus
 from app.extensions.base import QueueExtensions
@@ -89,6 +92,13 @@ class PullRequests(Protocol):
         ...
 
 
+@runtime_checkable
+class ChecksRunner(Protocol):
+    """What a check webhook asks of a queue's ``github_checks`` build runner."""
+
+    async def nudge(self, branches: Sequence[str]) -> int: ...
+
+
 class _Extensions(Protocol):
     def for_queue(self, name: str) -> QueueExtensions: ...
 
@@ -106,7 +116,7 @@ class GitHubRuntime(LandRuntime, Protocol):
 @dataclass
 class Outcome:
     queue: str
-    action: str  # landed | cancelled | refused | ignored
+    action: str  # landed | cancelled | refused | ignored | checked
     detail: str
     sqids: list[str] = field(default_factory=list)
 
@@ -222,6 +232,9 @@ async def _act(runtime: GitHubRuntime, name: str, event: str, payload: Any) -> O
     config = runtime.queues[name]
     gh = config.github
     assert gh is not None  # signed_queues only names queues with a github block
+    changed = checks_changed(event, payload)  # InvalidPayload: 400
+    if changed is not None:
+        return await _checks(runtime, name, gh, changed.repository, changed.branches)
     wanted = intent(event, payload, land_label=gh.land_label)  # InvalidPayload: 400
     if wanted is None:
         return None
@@ -239,6 +252,20 @@ async def _act(runtime: GitHubRuntime, name: str, event: str, payload: Any) -> O
     if wanted.action == "land":
         return await _land(runtime, name, config, gh, wanted, provider)
     return await _cancel(runtime, name, gh, wanted, provider)
+
+
+async def _checks(runtime: GitHubRuntime, name: str, gh: GitHubConfig, repository: str,
+                  branches: tuple[str, ...]) -> Outcome | None:
+    """A check changed on ``branches``: the queue's builds on them ask GitHub now. No
+    outcome when none is the queue's (CI reports on every branch)."""
+    runner = runtime.extensions.for_queue(name).runner
+    if repository.lower() != gh.repository.lower() or not isinstance(runner, ChecksRunner):
+        return None
+    woken = await runner.nudge(branches)
+    if not woken:
+        return None
+    return Outcome(name, "checked", f"{woken} build{'s' if woken != 1 else ''} on "
+                                    f"{', '.join(branches)} read GitHub's checks now")
 
 
 async def _land(runtime: GitHubRuntime, name: str, config: QueueConfig, gh: GitHubConfig,

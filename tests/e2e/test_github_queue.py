@@ -318,7 +318,7 @@ async def test_a_ci_that_never_starts_removes_the_request_no_ci_started(
     app_auth(fake, monkeypatch)
     (tmp_path / "queues.yaml").write_text(CHECKS_QUEUES.replace("{api}", fake.base_url)
                                           .replace("checks_start_timeout_s: 30",
-                                                   "checks_start_timeout_s: 0.5"))
+                                                   "checks_start_timeout_s: 0.5, poll_s: 0.25"))
     pull = fake.open_pull({"one/a.txt": "fine\n"}, title="One")
     tip = fake.tip()
     async with serve(database_url, tmp_path) as server:
@@ -395,3 +395,49 @@ async def fake_checks(fake: FakeGitHub, sha: str) -> list[Any]:
     from app.extensions.github.client import Credentials, GitHubClient
     config = GitHubConfig(repository="acme/widgets", api_url=fake.base_url, token_env="T")
     return await GitHubClient(config, Credentials(token="fake-token")).checks(sha)
+
+
+async def test_a_check_webhook_makes_the_queue_read_a_builds_checks_at_once(
+        database_url: str, tmp_path: Path, fake: FakeGitHub,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """GitHub is asked once right after the push (CI has not started: nothing yet) and
+    then only every ``poll_s`` — here 600 s, past the test's timeout. CI reports, and
+    its ``check_run`` webhook names the queue branch: the build reads its checks now and
+    the pull request lands (the nudge goes through the shared build store)."""
+    app_auth(fake, monkeypatch)
+    (tmp_path / "queues.yaml").write_text(CHECKS_QUEUES.replace("{api}", fake.base_url)
+                                          .replace("checks_start_timeout_s: 30",
+                                                   "checks_start_timeout_s: 900, poll_s: 600"))
+    fake.simulate_ci("test")
+    fake.ci_paused = True
+    pull = fake.open_pull({"one/a.txt": "fine\n"}, title="One")
+    async with serve(database_url, tmp_path) as server:
+        r = await label(fake, server.base_url, pull.number)
+        assert r.json()["outcomes"][0]["action"] == "landed", r.text
+
+        def branch() -> str:
+            return fake.repo.out("for-each-ref", "--format=%(refname:lstrip=2) %(objectname)",
+                                 "refs/heads/sq/")
+
+        await wait_for(lambda: bool(branch()), "the build's queue branch pushed")
+        name, sha = branch().split()
+        await wait_for(lambda: sha in fake.check_listings, "the build's first poll")
+        fake.ci_paused = False  # CI starts and reports; nobody asks for 600 s
+        other = {"action": "completed", "repository": fake.repository(),
+                 "check_run": {"head_sha": "e" * 40,
+                               "check_suite": {"head_branch": "feature"}}}
+        quiet = await fake.deliver(f"{server.base_url}/api/v1/github/webhook", "check_run",
+                                   other, secret=SECRET)
+        assert quiet.json()["outcomes"] == [], quiet.text  # not a queue branch: nothing
+        event = {"action": "completed", "repository": fake.repository(),
+                 "check_run": {"head_sha": sha, "check_suite": {"head_branch": name}}}
+        got = await fake.deliver(f"{server.base_url}/api/v1/github/webhook", "check_run",
+                                 event, secret=SECRET)
+        assert got.json()["outcomes"] == [{
+            "queue": "widgets", "action": "checked", "sqids": [],
+            "detail": f"1 build on {name} read GitHub's checks now"}], got.text
+        assert await server.wait_all_terminal(["widgets/1"], queue="widgets",
+                                              timeout=30) == {"widgets/1": "landed"}
+    assert fake.check_listings.count(sha) == 2  # after the push, and after the webhook
+    assert fake.repo.is_ancestor(pull.head_sha, fake.tip())
+

@@ -29,13 +29,13 @@ def fake(tmp_path: Path) -> Iterator[FakeGitHub]:
 
 
 def runner(fake: FakeGitHub, tmp_path: Path, *, checks: tuple[str, ...] = ("test",),
-           start_timeout_s: float = 60) -> GitHubChecksRunner:
+           start_timeout_s: float = 60, poll_s: float = 0.001) -> GitHubChecksRunner:
     config = GitHubConfig(repository="acme/widgets", api_url=fake.base_url, token_env="T")
     return GitHubChecksRunner(
         queue="widgets", store=MemoryBuildStore(), checks=checks,
         publisher=TreePublisher({KEY: str(fake.repo.path)}, "main", tmp_path / "pub"),
         client=GitHubClient(config, Credentials(token="fake-token")),
-        start_timeout_s=start_timeout_s, timeout_s=3600)
+        start_timeout_s=start_timeout_s, timeout_s=3600, poll_s=poll_s)
 
 
 def request(number: int, sha: str, *, path_id: str = "p1", attempt: int = 1) -> BuildRequest:
@@ -168,3 +168,26 @@ async def test_anything_but_an_exact_passed_tree_is_built(
     assert report.status is (BuildStatus.FAILED if why == "failed" else BuildStatus.SUCCEEDED)
     assert "no CI paid twice" not in report.detail
     assert len(ci_runs_on_queue_commits(fake, heads)) == 1
+
+
+async def test_github_is_asked_at_most_every_poll_s_unless_a_check_webhook_nudges(
+        fake: FakeGitHub, tmp_path: Path) -> None:
+    """The build stage asks for the status every few hundred ms; GitHub is asked right
+    after the push, then not again within ``poll_s`` — until a check webhook names the
+    build's branch (``nudge``), whichever store the run is in."""
+    pull = fake.open_pull({"a.txt": "1\n"})
+    r = runner(fake, tmp_path, poll_s=600)
+    build = await r.trigger(request(1, pull.head_sha))
+    calls = len(fake.api_versions)
+    assert (await r.status(build)).status is BuildStatus.ACCEPTED  # asked: nothing yet
+    asked = len(fake.api_versions)
+    assert asked > calls
+    fake.simulate_ci("test")  # CI reports now; the queue does not know yet
+    for _ in range(5):
+        assert (await r.status(build)).status is BuildStatus.ACCEPTED
+    assert len(fake.api_versions) == asked  # within poll_s: GitHub not asked again
+    assert await r.nudge(["main", "sq/other/p1-1", "sq/widgets/p1-2"]) == 0  # not its branch
+    assert await r.nudge(["sq/widgets/p1-1"]) == 1
+    report = await r.status(build)
+    assert report.status is BuildStatus.SUCCEEDED, report
+    assert await r.nudge(["sq/widgets/p1-1"]) == 0  # a finished build is not woken

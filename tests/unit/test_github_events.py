@@ -1,7 +1,8 @@
 """What a webhook event asks (``app/domain/github_events.py``), read from GitHub's own
 example payloads (``@octokit/webhooks-examples``; skipped with the reason when they are
 not cached, see ``tests/support/webhook_examples.py``) for every event we consume —
-``pull_request``, ``issue_comment``, ``ping`` — and from hand-made edge cases.
+``pull_request``, ``issue_comment``, ``ping``, ``check_run``, ``check_suite``,
+``status`` — and from hand-made edge cases.
 
 The rule reads only the fields it needs: githubkit's generated webhook models reject 18
 of the 29 ``pull_request`` examples and 1 of the 9 ``issue_comment`` ones (fields the
@@ -17,8 +18,10 @@ import pytest
 
 from app.domain.github_events import (
     SUPERSEDED,
+    ChecksChanged,
     Intent,
     InvalidPayload,
+    checks_changed,
     command,
     intent,
 )
@@ -125,3 +128,36 @@ def test_comments_on_issues_and_edits_ask_nothing() -> None:
     edited = {**base, "action": "edited", "issue": {"number": 3, "pull_request": {"url": "u"}}}
     assert intent("issue_comment", edited, land_label=LABEL) is None
     assert intent("push", {"ref": "refs/heads/main"}, land_label=LABEL) is None
+
+
+def test_every_check_example_names_its_commit_and_branches() -> None:
+    """Each check_run / check_suite / status example: the repository, the commit and the
+    branches whose checks changed (a check suite's head branch; a status's branches)."""
+    for event in ("check_run", "check_suite", "status"):
+        payloads = examples(event)
+        assert payloads, event
+        for payload in payloads:
+            got = checks_changed(event, payload)
+            assert got is not None and got.repository == payload["repository"]["full_name"]
+            if event == "status":
+                assert got.sha == payload["sha"]
+                assert got.branches == tuple(b["name"] for b in payload["branches"])
+            else:
+                suite = payload["check_suite"] if event == "check_suite" else \
+                    payload["check_run"]["check_suite"]
+                assert got.sha == suite["head_sha"]
+                assert got.branches == ((suite["head_branch"],) if suite["head_branch"]
+                                        else ())
+            assert intent(event, payload, land_label=LABEL) is None  # nothing to land
+
+
+def test_a_check_on_no_branch_and_other_events() -> None:
+    run = {"repository": {"full_name": "a/b"},
+           "check_run": {"head_sha": "c" * 40, "check_suite": {"head_branch": None}}}
+    assert checks_changed("check_run", run) == ChecksChanged("a/b", "c" * 40, ())
+    assert checks_changed("pull_request", run) is None
+    with pytest.raises(InvalidPayload, match="branches is not a list"):
+        checks_changed("status", {"repository": {"full_name": "a/b"}, "sha": "s",
+                                  "branches": "main"})
+    with pytest.raises(InvalidPayload, match="check_suite"):
+        checks_changed("check_suite", {"repository": {"full_name": "a/b"}})

@@ -193,6 +193,8 @@ class BuildRunRow(SQLModel, table=True):
     __table_args__ = (
         sa.Index("ix_build_runs_owner", "owner", "status"),
         sa.Index("ix_build_runs_owner_group", "owner_group", "status"),
+        # a check webhook names the build by its branch: queue, path and attempt (0013)
+        sa.Index("ix_build_runs_path", "queue", "path_id", "attempt"),
     )
 
     id: str = pk(ID)

@@ -79,6 +79,13 @@ async def update(session: AsyncSession, *, build_id: str, now_ms: int,
     return await get(session, build_id=build_id)
 
 
+async def nudge(session: AsyncSession, *, queue: str, path_id: str, attempt: int) -> int:
+    result = await session.execute(sa.update(t).where(
+        t.c.queue == queue, t.c.path_id == path_id, t.c.attempt == attempt,
+        t.c.status.in_(LIVE)).values(heartbeat_ms=0))
+    return int(getattr(result, "rowcount", 0) or 0)
+
+
 async def set_log(session: AsyncSession, *, build_id: str, text: str) -> None:
     await session.execute(sa.update(t).where(t.c.id == build_id).values(log=text))
 
@@ -130,8 +137,11 @@ class SqlBuildStore:
         self, build_id: str, *, now_ms: int, status: BuildStatus | None = None,
         detail: str | None = None, exit_code: int | None = None, log_url: str | None = None,
         pid: int | None = None, tested: TestedTree | None = None,
+        heartbeat_ms: int | None = None,
     ) -> BuildRun | None:
         values: dict[str, Any] = {}
+        if heartbeat_ms is not None:
+            values["heartbeat_ms"] = heartbeat_ms
         if tested is not None:
             values["tested_json"] = tested_to_json(tested)
         if status is not None:
@@ -146,6 +156,10 @@ class SqlBuildStore:
             values["pid"] = pid
         async with self.db.write() as s:
             return await update(s, build_id=build_id, now_ms=now_ms, values=values)
+
+    async def nudge(self, queue: str, path_id: str, attempt: int) -> int:
+        async with self.db.write() as s:
+            return await nudge(s, queue=queue, path_id=path_id, attempt=attempt)
 
     async def set_log(self, build_id: str, text: str) -> None:
         async with self.db.write() as s:

@@ -27,6 +27,7 @@ class MemoryBuildStore:
         self, build_id: str, *, now_ms: int, status: BuildStatus | None = None,
         detail: str | None = None, exit_code: int | None = None, log_url: str | None = None,
         pid: int | None = None, tested: TestedTree | None = None,
+        heartbeat_ms: int | None = None,
     ) -> BuildRun | None:
         run = self._runs.get(build_id)
         if run is None or run.status.terminal:
@@ -39,10 +40,18 @@ class MemoryBuildStore:
             log_url=run.log_url if log_url is None else log_url,
             pid=run.pid if pid is None else pid,
             tested=run.tested if tested is None else tested,
+            heartbeat_ms=run.heartbeat_ms if heartbeat_ms is None else heartbeat_ms,
             updated_at_ms=now_ms,
         )
         self._runs[build_id] = run
         return run
+
+    async def nudge(self, queue: str, path_id: str, attempt: int) -> int:
+        hit = [r for r in self._runs.values() if (r.queue, r.path_id, r.attempt) ==
+               (queue, path_id, attempt) and not r.status.terminal]
+        for run in hit:
+            self._runs[run.id] = replace(run, heartbeat_ms=0)
+        return len(hit)
 
     async def set_log(self, build_id: str, text: str) -> None:
         if build_id in self._runs:

@@ -134,6 +134,8 @@ class FakeGitHub:
         # (None: that check never starts); see simulate_ci
         self.ci: dict[str, Callable[[str], str | None]] = {}
         self.ci_on_pulls = False
+        self.ci_paused = False  # True: the simulated CI reports nothing (not started yet)
+        self.check_listings: list[str] = []  # the shas whose check-runs were listed
         self._ids = 1000
         self._users: dict[str, int] = {}
         self._lock = threading.RLock()
@@ -195,7 +197,7 @@ class FakeGitHub:
         self.ci_on_pulls = pulls
 
     def _run_ci(self, sha: str) -> None:
-        if not self.ci:
+        if not self.ci or self.ci_paused:
             return
         where = ["refs/heads/sq/", *(["refs/pull/"] if self.ci_on_pulls else [])]
         tips = self.repo.out("for-each-ref", "--format=%(objectname)", *where)
@@ -566,6 +568,7 @@ class FakeGitHub:
         if refused is not None:
             return refused
         sha = self._sha_of(request.path_params["ref"])
+        self.check_listings.append(sha)
         self._run_ci(sha)
         name = request.query_params.get("check_name")
         runs = [J.check_run(self.base_url, self.full_name, r, self._the_app())

@@ -4,12 +4,18 @@
   (``TreePublisher``: the strategies' shape, as the merger lands it) and pushed as the
   branch ``sq/<queue>/<path id>-<attempt>``; CI runs on that push. The run is recorded
   before the push and the tree once pushed, so a redelivered trigger pushes nothing new.
-- **Status**: polled (``status`` is asked by the build stage's holds): the check-runs and
-  commit statuses GitHub has for the pushed commit, read against the queue's required
+- **Status**: the build stage asks ``status`` every few hundred milliseconds; GitHub is
+  asked at most every ``poll_s`` (default 15 s: two calls a build, well inside an
+  installation's 5,000 calls an hour) — at once after the push, and at once again when
+  a ``check_run``, ``check_suite`` or ``status`` webhook names the build's branch
+  (``nudge``: the run's ``heartbeat_ms``, here "when GitHub was last asked", is zeroed
+  in the shared store, so whichever process polls it next asks). The check-runs and
+  commit statuses GitHub has for the pushed commit are read against the queue's required
   checks by ``checks.verdict`` (a failed check fails the build; a cancelled or timed-out
   one errors it; no required check within ``checks_start_timeout_s`` errors it with
   ``no_ci_started`` naming the checks and the fix; ``timeout_s`` after the trigger, an
-  unfinished build errors).
+  unfinished build errors). A webhook that arrives while a poll is reading GitHub may be
+  absorbed by that poll's write: the next poll, ``poll_s`` later, sees its check.
 - **Cancel**: records ``cancelled`` and deletes the branch (its workflow runs are not
   cancelled: not built yet).
 - A finished build's branch is deleted too (best effort).
@@ -21,13 +27,13 @@
   runs on it: it is not a branch) and the build succeeds at once with it as the tested
   commit: the checks that passed on that very tree count.
 
-Not built yet: check_run / check_suite / status webhooks (polling only), reading the
-required checks from branch protection or rulesets.
+Not built yet: reading the required checks from branch protection or rulesets.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Sequence
 
@@ -53,7 +59,7 @@ def _wall_clock_ms() -> int:
 class GitHubChecksRunner:
     def __init__(self, *, queue: str, publisher: TreePublisher, client: GitHubClient,
                  store: BuildStore, checks: Sequence[str], start_timeout_s: float,
-                 timeout_s: float) -> None:
+                 timeout_s: float, poll_s: float = 15.0) -> None:
         self.queue = queue
         self.publisher = publisher
         self.client = client
@@ -61,7 +67,10 @@ class GitHubChecksRunner:
         self.checks = tuple(checks)
         self.start_timeout_s = start_timeout_s
         self.timeout_s = timeout_s
+        self.poll_ms = int(poll_s * 1000)
         self.clock = _wall_clock_ms
+        self._branch = re.compile(rf"^sq/{re.escape(queue)}/(?P<path>[0-9A-Za-z]+)-"
+                                  r"(?P<attempt>[1-9][0-9]{0,8})$")
 
     def branch(self, request_or_run: BuildRequest | BuildRun) -> str:
         r = request_or_run
@@ -75,7 +84,7 @@ class GitHubChecksRunner:
             await self.store.create(BuildRun(
                 id=build_id, queue=request.queue, runner=RUNNER, batch_id=request.batch_id,
                 path_id=request.path_id, attempt=request.attempt, status=BuildStatus.ACCEPTED,
-                heartbeat_ms=now, created_at_ms=now, updated_at_ms=now))
+                heartbeat_ms=0, created_at_ms=now, updated_at_ms=now))
             run = await self.store.get(build_id)
         if run is None or run.tested is not None or run.status.terminal:
             return build_id  # pushed already (a redelivered trigger), or ended
@@ -127,7 +136,8 @@ class GitHubChecksRunner:
             raise NotFound(f"build {build_id!r} is unknown to the github_checks runner of "
                            f"queue {self.queue!r}")
         if not run.status.terminal and run.tested is not None:
-            run = await self._poll(run)
+            if run.heartbeat_ms == 0 or self.clock() - run.heartbeat_ms >= self.poll_ms:
+                run = await self._poll(run)
         elif not run.status.terminal and self._waited_s(run) > self.timeout_s:
             run = await self._end(build_id, BuildStatus.ERRORED,
                                   "the tree was never pushed") or run
@@ -149,11 +159,22 @@ class GitHubChecksRunner:
             ended = await self._end(run.id, status, detail) or run
             await self._forget_branch(run)
             return ended
+        now = self.clock()
         if status is BuildStatus.RUNNING and run.status is not BuildStatus.RUNNING:
             await self._say(run.id, detail)
-            return await self.store.update(run.id, now_ms=self.clock(), status=status,
-                                           detail=detail) or run
-        return run
+            return await self.store.update(run.id, now_ms=now, status=status, detail=detail,
+                                           heartbeat_ms=now) or run
+        return await self.store.update(run.id, now_ms=now, heartbeat_ms=now) or run
+
+    async def nudge(self, branches: Sequence[str]) -> int:
+        """A check webhook named ``branches``: the builds on this queue's branches among
+        them ask GitHub at their next status; returns how many builds it woke."""
+        woken = 0
+        for branch in branches:
+            m = self._branch.match(branch)
+            if m is not None:
+                woken += await self.store.nudge(self.queue, m["path"], int(m["attempt"]))
+        return woken
 
     async def cancel(self, build_id: str) -> None:
         run = await self._end(build_id, BuildStatus.CANCELLED, "cancelled by SubmitQueue")
