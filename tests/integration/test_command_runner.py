@@ -21,7 +21,7 @@ from app.domain.errors import ValidationError
 from app.domain.queue_config import GitConfig, parse_queues
 from app.domain.states import BuildStatus
 from app.extensions.builds.command import CommandBuildRunner
-from app.extensions.builds.process import LogBuffer
+from app.extensions.builds.process import LogBuffer, kill_orphan
 from app.extensions.factory import (
     SANDBOX_README,
     _git_sync,
@@ -353,6 +353,42 @@ async def test_a_restart_marks_the_dead_instances_builds_lost_and_kills_their_co
     await wait_dead(probe["child"])
     assert not (tmp_path / "builds" / "trees").exists()
     assert "errored: lost" in (await store.get_log(build_id) or "")
+
+
+def test_an_orphan_whose_pid_was_never_recorded_is_found_by_its_build_id_and_killed() -> None:
+    """The instance may die between starting a command and recording its pid, and a
+    process may leave the command's group: each is found by ``SQ_BUILD_ID`` and killed."""
+    build_id = f"cmd-orphan-{os.getpid()}-{time.monotonic_ns()}"
+    env = {**os.environ, "SQ_BUILD_ID": build_id}
+    script = ("import subprocess, sys, time; "
+              "subprocess.Popen([sys.executable, '-c', 'import os, time; os.setsid(); "
+              "print(os.getpid(), flush=True); time.sleep(60)']); time.sleep(60)")
+    leader = subprocess.Popen([sys.executable, "-c", script], env=env, start_new_session=True,
+                              stdout=subprocess.PIPE, text=True)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    escaped = 0
+    try:
+        assert leader.stdout is not None
+        escaped = int(leader.stdout.readline())  # in a session of its own
+        assert os.getpgid(escaped) != leader.pid
+        assert kill_orphan(None, build_id) == leader.pid
+        leader.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while alive(escaped):
+            assert time.monotonic() < deadline, "the escaped process is still alive"
+            time.sleep(0.05)
+        assert other.poll() is None  # no build id: untouched
+        assert kill_orphan(other.pid, build_id) is None  # a reused pid is spared
+        assert other.poll() is None
+    finally:
+        for proc in (leader, other):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        if leader.stdout is not None:
+            leader.stdout.close()
+        if escaped and alive(escaped):
+            os.kill(escaped, signal.SIGKILL)
 
 
 # ---------------------------------------------------------------- the log

@@ -226,10 +226,10 @@ class CommandBuildRunner:
         for run in await self.store.unfinished(self.owner_group):
             if run.owner == self.owner:
                 continue
-            killed = run.pid is not None and kill_orphan(run.pid, run.id)
+            killed = kill_orphan(run.pid, run.id)
             detail = f"{LOST_DETAIL} (found when the runner restarted" + (
-                f"; its command, pid {run.pid}, was still running and was killed)"
-                if killed else ")")
+                f"; its command, pid {killed}, was still running and was killed)"
+                if killed is not None else ")")
             text = (await self.store.get_log(run.id) or "") + f"[sq] errored: {detail}\n"
             await self.store.set_log(run.id, text)
             await self.store.update(run.id, now_ms=self.clock(), status=BuildStatus.ERRORED,

@@ -95,19 +95,50 @@ async def stop_group(proc: asyncio.subprocess.Process, grace_s: float) -> None:
     kill_group(proc.pid, signal.SIGKILL)
 
 
-def kill_orphan(pid: int, build_id: str) -> bool:
-    """Kill the process group of a build left running by a dead instance of the runner.
-
-    Only if ``pid`` still is that build's command: its environment (``/proc``, Linux)
-    must carry ``SQ_BUILD_ID=<build_id>``, so a reused pid is never killed."""
+def _carries(pid: int, build_id: str) -> bool:
+    """Whether process ``pid`` runs with ``SQ_BUILD_ID=<build_id>`` (``/proc``, Linux)."""
     try:
         environ = Path(f"/proc/{pid}/environ").read_bytes()
     except OSError:
         return False
-    if f"SQ_BUILD_ID={build_id}".encode() not in environ.split(b"\0"):
-        return False
-    kill_group(pid, signal.SIGKILL)
-    return True
+    return f"SQ_BUILD_ID={build_id}".encode() in environ.split(b"\0")
+
+
+def build_processes(build_id: str) -> list[int]:
+    """The live processes of a build: every pid whose environment carries its id."""
+    try:
+        pids = [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()]
+    except OSError:
+        return []
+    return sorted(pid for pid in pids if pid != os.getpid() and _carries(pid, build_id))
+
+
+def kill_orphan(pid: int | None, build_id: str) -> int | None:
+    """Kill what a dead instance of the runner left running of a build; the pid of its
+    command, or ``None`` when nothing of it was alive.
+
+    The recorded ``pid`` is killed with its process group only while it still is that
+    build's command (its environment carries ``SQ_BUILD_ID=<build_id>``), so a reused pid
+    is never killed. The instance may have died before it recorded the pid, and a process
+    may have left the group: every process carrying the build's id is killed too."""
+    leader = pid if pid is not None and _carries(pid, build_id) else None
+    found = build_processes(build_id)
+    if leader is None and found:
+        leaders = [p for p in found if _group_of(p) == p]
+        leader = leaders[0] if leaders else found[0]
+    if leader is not None and _group_of(leader) == leader:
+        kill_group(leader, signal.SIGKILL)
+    for other in found:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(other, signal.SIGKILL)
+    return leader
+
+
+def _group_of(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
 
 
 async def _pump(stream: asyncio.StreamReader | None, log: LogBuffer) -> None:
