@@ -91,7 +91,8 @@ class BuildRunnerConfig(_Cfg):
       environment variable ``secret_env``; CI reports back to the callback URL. A
       build with no verdict ``timeout_s`` (default 3600) after its trigger errors.
     - ``github_checks``: pushes each build's tree as the branch ``sq/<queue>/<path>-<n>``
-      and waits for GitHub's ``checks`` (required check names) on it; none of them
+      and waits for GitHub's ``checks`` (required check names; omitted: those the
+      target branch's rulesets and branch protection require) on it; none of them
       within ``checks_start_timeout_s`` (default 600) is ``no_ci_started`` (needs the
       ``git`` and ``github`` blocks; docs/github.md). GitHub is asked at most every
       ``poll_s`` (default 15) per build, and at once when a ``check_run``,
@@ -125,9 +126,9 @@ class BuildRunnerConfig(_Cfg):
         if stray:
             raise ValueError(f"build_runner type {self.type} takes no {', '.join(stray)} "
                              f"(its keys: {', '.join(sorted(_RUNNER_KEYS[self.type]))})")
-        if self.type == "github_checks" and not self.checks:
-            raise ValueError("build_runner type github_checks needs checks: the names of the "
-                             "required checks, e.g. [test, lint] (as GitHub shows them)")
+        if any(not name.strip() for name in self.checks):
+            raise ValueError("build_runner checks must be check names as GitHub shows them, "
+                             "e.g. [test, lint]; an empty name matches no check")
         if self.type == "command" and not self.command:
             raise ValueError('build_runner type command needs command: an argv list such as '
                              '["{python}", "sq_test.py"] (run in the tree, never by a shell)')

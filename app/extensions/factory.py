@@ -110,7 +110,8 @@ def _github_runner(config: QueueConfig, store: BuildStore) -> BuildRunner:
     return GitHubChecksRunner(queue=config.name, publisher=publisher,
                               client=_github_client(config), store=store, checks=cfg.checks,
                               start_timeout_s=cfg.checks_start_timeout_s,
-                              timeout_s=cfg.effective_timeout_s, poll_s=cfg.poll_s)
+                              timeout_s=cfg.effective_timeout_s, poll_s=cfg.poll_s,
+                              target_branch=git.target_branch)
 
 
 def _github_merger(config: QueueConfig) -> Merger:

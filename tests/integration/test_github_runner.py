@@ -4,6 +4,7 @@ its verdict is the required checks GitHub reports on that commit."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from app.domain.states import BuildStatus, LandStrategy
 from app.extensions.base import BuildRequest, MergeStep
 from app.extensions.builds.memory import MemoryBuildStore
 from app.extensions.git.publish import TreePublisher
-from app.extensions.github.client import Credentials, GitHubClient
+from app.extensions.github.client import Credentials, GitHubClient, GitHubUnavailable
 from app.extensions.github.fake import FakeGitHub
 from app.extensions.github.runner import GitHubChecksRunner
 from tests.support.fake_github import serve_fake_github
@@ -191,3 +192,65 @@ async def test_github_is_asked_at_most_every_poll_s_unless_a_check_webhook_nudge
     report = await r.status(build)
     assert report.status is BuildStatus.SUCCEEDED, report
     assert await r.nudge(["sq/widgets/p1-1"]) == 0  # a finished build is not woken
+
+
+async def test_with_no_checks_configured_the_branchs_rulesets_and_protection_name_them(
+        fake: FakeGitHub, tmp_path: Path) -> None:
+    fake.simulate_ci("test", "lint", "e2e", verdict=lambda sha: "success")
+    pull = fake.open_pull({"a.txt": "1\n"})
+    r = runner(fake, tmp_path, checks=())
+    # nothing requires a check on main: the work waits, naming the fix; nothing is pushed
+    with pytest.raises(GitHubUnavailable, match=r"main requires no status check .* list them "
+                                                r"in build_runner.checks"):
+        await r.trigger(request(1, pull.head_sha))
+    assert fake.repo.git("for-each-ref", "refs/heads/sq/").stdout == ""
+    fake.actions.rulesets["main"] = [["test"], ["lint", "test"]]
+    fake.actions.protection["main"] = ["e2e"]
+    fake.actions.rulesets["release"] = [["deploy"]]
+    assert await r.client.required_checks("main") == (("test", "lint", "e2e"), "")
+    build = await r.trigger(request(1, pull.head_sha))
+    report = await r.status(build)
+    assert (report.status, report.detail) == (BuildStatus.SUCCEEDED,
+                                              "required checks passed: test, lint, e2e")
+    # a token that may not read the classic protection: the rulesets count, with a note
+    fake.actions.protection_readable = False
+    names, note = await r.client.required_checks("main")
+    assert names == ("test", "lint") and "Administration: read" in note
+    # read again at most every REQUIRED_TTL_S
+    assert await r.required() == ("test", "lint", "e2e")
+    r._required = None
+    assert await r.required() == ("test", "lint")
+
+
+async def test_a_cancelled_or_failed_build_cancels_its_workflow_runs(
+        fake: FakeGitHub, tmp_path: Path) -> None:
+    fake.simulate_ci("test")
+    fake.actions.hold = True  # CI starts and keeps running
+    one = fake.open_pull({"a.txt": "1\n"})
+    two = fake.open_pull({"b.txt": "2\n"})
+    three = fake.open_pull({"c.txt": "3\n"})
+    r = runner(fake, tmp_path)
+    build = await r.trigger(request(1, one.head_sha))
+    assert (await r.status(build)).status is BuildStatus.RUNNING
+    [run] = fake.actions.runs
+    assert run["head_branch"] == "sq/widgets/p1-1" and run["status"] == "in_progress"
+    await r.cancel(build)
+    assert run["conclusion"] == "cancelled" and fake.actions.cancels == [run["id"]]
+    assert fake.repo.resolve("refs/heads/sq/widgets/p1-1") is None
+    assert "cancelled 1 workflow run(s) on sq/widgets/p1-1" in (
+        await r.store.get_log(build) or "")
+    # a build that passed leaves its branch's other runs alone; one that failed stops them
+    fake.actions.release()
+    passed = await r.trigger(request(2, two.head_sha, path_id="p2"))
+    assert (await r.status(passed)).status is BuildStatus.SUCCEEDED
+    assert fake.actions.cancels == [run["id"]]
+    fake.actions.hold = True
+    failing = await r.trigger(request(3, three.head_sha, path_id="p3"))
+    tip = fake.repo.resolve("refs/heads/sq/widgets/p3-1")
+    assert (await r.status(failing)).status is BuildStatus.RUNNING
+    [check] = [c for c in fake.check_runs if c["head_sha"] == tip]
+    check["status"], check["conclusion"] = "completed", "failure"
+    await asyncio.sleep(0.01)  # poll_s is 1 ms
+    assert (await r.status(failing)).status is BuildStatus.FAILED
+    assert fake.actions.runs[-1]["conclusion"] == "cancelled"  # its run stopped
+    await r.cancel(build)  # again: nothing left to do

@@ -92,6 +92,39 @@ def test_answers_validate_against_githubs_api_description(fake: FakeGitHub) -> N
     M.Label.model_validate(event["label"])
 
 
+def test_branch_rules_and_workflow_runs_validate_against_githubs_api_description(
+        fake: FakeGitHub) -> None:
+    assert api(fake, "GET", "/rules/branches/main").json() == []
+    assert api(fake, "GET", "/branches/main/protection/required_status_checks"
+               ).status_code == 404
+    fake.actions.rulesets["main"] = [["test", "lint"]]
+    fake.actions.protection["main"] = ["e2e"]
+    rules = api(fake, "GET", "/rules/branches/main").json()
+    M.RepositoryRuleDetailedOneof2.model_validate(rules[0])  # deletion
+    checks = M.RepositoryRuleDetailedOneof8.model_validate(rules[1])  # required_status_checks
+    assert [c.context for c in checks.parameters.required_status_checks] == ["test", "lint"]
+    policy = M.StatusCheckPolicy.model_validate(
+        api(fake, "GET", "/branches/main/protection/required_status_checks").json())
+    assert policy.contexts == ["e2e"]
+    fake.actions.protection_readable = False
+    assert api(fake, "GET", "/branches/main/protection/required_status_checks"
+               ).status_code == 403
+    fake.simulate_ci("test")
+    fake.actions.hold = True
+    fake.repo.set_ref("refs/heads/sq/widgets/p-1", fake.tip())
+    fake._run_ci(fake.tip())
+    listed = api(fake, "GET", "/actions/runs", params={"branch": "sq/widgets/p-1"}).json()
+    [run] = M.ReposOwnerRepoActionsRunsGetResponse200.model_validate(listed).workflow_runs
+    assert (run.status, run.head_branch) == ("in_progress", "sq/widgets/p-1")
+    assert api(fake, "GET", "/actions/runs", params={"branch": "other"}).json()[
+        "total_count"] == 0
+    assert api(fake, "POST", f"/actions/runs/{run.id}/cancel").status_code == 202
+    assert api(fake, "POST", f"/actions/runs/{run.id}/cancel").status_code == 409
+    assert api(fake, "POST", "/actions/runs/1/cancel").status_code == 404
+    [check] = fake.check_runs
+    assert (check["status"], check["conclusion"]) == ("completed", "cancelled")
+
+
 def test_ref_update_fast_forwards_only_without_force(fake: FakeGitHub) -> None:
     base = fake.tip()
     pull = fake.open_pull({"a.txt": "1\n"})

@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar, cast
 
 import httpx
@@ -52,6 +53,7 @@ PER_PAGE = 100
 MAX_FILES = 3000  # GitHub lists at most 3000 files of a pull request
 MAX_REVIEWS = 1000
 MAX_OPEN_PULLS = 1000  # a resync reads at most this many open pull requests
+MAX_RULES = 500  # rules of a branch read at most
 USER_AGENT = "SubmitQueue"
 
 T = TypeVar("T")
@@ -248,6 +250,49 @@ class GitHubClient:
                 for st in reversed(statuses.parsed_data)]  # GitHub lists newest first
         return out
 
+    async def required_checks(self, branch: str) -> tuple[tuple[str, ...], str]:
+        """The check names GitHub requires on ``branch``: from the rulesets that apply to
+        it (``GET .../rules/branches/{branch}``, every page; Metadata: read) and from its
+        classic branch protection (``GET .../branches/{branch}/protection/
+        required_status_checks``; Administration: read). Returns the names (rulesets'
+        first, in GitHub's order) and a note: "" or why classic protection was not read
+        (403: a missing permission). 404 from the protection: the branch has none."""
+        gh = await self._client()
+        rest = gh.rest(API_VERSION)
+        o, r = self.config.owner, self.config.repo
+
+        async def rules_page(n: int) -> list[Any]:
+            res = await call(lambda: rest.repos.async_get_branch_rules(
+                o, r, branch, per_page=PER_PAGE, page=n))
+            return list(res.parsed_data)
+
+        names: list[str] = []
+        for rule in await self._pages(rules_page, MAX_RULES):
+            if rule.type == "required_status_checks":
+                names += [c.context for c in rule.parameters.required_status_checks]
+
+        async def classic() -> Any:
+            try:
+                return await rest.repos.async_get_status_checks_protection(o, r, branch)
+            except RequestFailed as exc:
+                if exc.response.status_code == 403:
+                    return None
+                raise
+
+        note = ""
+        try:
+            policy = await call(classic)
+        except GitHubNotFound:
+            policy = None
+        else:
+            if policy is None:
+                note = (f"the classic branch protection of {branch} could not be read (403: "
+                        "the App needs Administration: read, a token admin rights)")
+        if policy is not None:
+            names += list(policy.parsed_data.contexts)
+            names += [c.context for c in policy.parsed_data.checks]
+        return tuple(dict.fromkeys(names)), note
+
     async def check_runs_named(self, sha: str, name: str) -> list[CheckRun]:
         """The check-runs called ``name`` on ``sha`` (first 100, every attempt)."""
         gh = await self._client()
@@ -285,6 +330,27 @@ class GitHubClient:
         except RequestFailed as exc:
             if exc.response.status_code != 422:  # 422: "Reference does not exist"
                 raise
+
+    async def cancel_workflow_runs(self, branch: str, sha: str) -> int:
+        """Cancel the unfinished workflow runs of ``sha`` on ``branch`` (first 100; Actions:
+        write); how many were cancelled. A run that completed meanwhile (409) is fine."""
+        gh = await self._client()
+        rest = gh.rest(API_VERSION)
+        o, r = self.config.owner, self.config.repo
+        res = await call(lambda: rest.actions.async_list_workflow_runs_for_repo(
+            o, r, branch=branch, head_sha=sha, per_page=PER_PAGE))
+        cancelled = 0
+        for run in res.parsed_data.workflow_runs:
+            if run.status == "completed":
+                continue
+            try:
+                await call(partial(rest.actions.async_cancel_workflow_run, o, r, run.id))
+            except RequestFailed as exc:
+                if exc.response.status_code != 409:
+                    raise
+                continue
+            cancelled += 1
+        return cancelled
 
     async def close_landed(self, number: int, comment: str, label: str) -> None:
         """Comment on the pull request, label it and close it (it landed as other

@@ -22,6 +22,7 @@ built by ``fake_json`` to GitHub's OpenAPI description):
 | ``POST /repos/{o}/{r}/check-runs``, ``PATCH .../check-runs/{id}``, ``GET .../commits/{ref}/check-runs?check_name=`` | check-runs; writing them takes an installation token (403 for the plain token, as GitHub refuses personal tokens) |
 | ``POST /repos/{o}/{r}/statuses/{sha}``, ``GET .../commits/{ref}/statuses`` | commit statuses |
 | ``GET /repos/{o}/{r}/installation``, ``POST /app/installations/{id}/access_tokens`` | GitHub App auth: the JWT must verify with the App's public key |
+| ``.../rules/branches/{b}``, ``.../branches/{b}/protection/required_status_checks``, ``.../actions/runs`` | branch rules and workflow runs: ``fake_actions.py`` |
 
 Every route needs ``Authorization: token <token>`` (or ``Bearer``) with the fake's
 token or an installation token it issued: 401 otherwise. An ``X-GitHub-Api-Version``
@@ -51,6 +52,7 @@ from starlette.routing import BaseRoute, Mount, Route
 
 from app.domain.github_config import API_VERSION
 from app.extensions.github import fake_json as J
+from app.extensions.github.fake_actions import FakeActions
 from app.extensions.github.fake_git import BareRepo
 
 
@@ -140,6 +142,7 @@ class FakeGitHub:
         self._users: dict[str, int] = {}
         self._lock = threading.RLock()
         self.repo.init(default_branch)
+        self.actions = FakeActions(self)  # branch rules and workflow runs
         # GitHub Enterprise Server serves the API under /api/v3: ``prefix="/api/v3"``
         routes: list[BaseRoute] = list(self._routes())
         self.app = Starlette(routes=[Mount(prefix, routes=routes)] if prefix else routes)
@@ -200,19 +203,26 @@ class FakeGitHub:
         if not self.ci or self.ci_paused:
             return
         where = ["refs/heads/sq/", *(["refs/pull/"] if self.ci_on_pulls else [])]
-        tips = self.repo.out("for-each-ref", "--format=%(objectname)", *where)
-        if sha not in tips.split():
+        tips = dict(line.split(" ", 1) for line in self.repo.out(
+            "for-each-ref", "--format=%(objectname) %(refname)", *where).splitlines())
+        if sha not in tips:
             return
+        ref = tips[sha]
+        branch = ref.removeprefix("refs/heads/") if ref.startswith("refs/heads/") else None
         with self._lock:
+            made = []
             for name, decide in self.ci.items():
                 if any(r["name"] == name and r["head_sha"] == sha for r in self.check_runs):
                     continue
                 conclusion = decide(sha)
                 if conclusion is not None:
-                    self.check_runs.append({
+                    made.append({
                         "id": self.next_id(), "name": name, "head_sha": sha,
-                        "status": "completed", "conclusion": conclusion,
+                        "status": "completed", "conclusion": conclusion, "verdict": conclusion,
                         "details_url": f"{self.base_url}/ci/{name}/{sha}"})
+            if made:
+                self.actions.record(sha, branch, made)
+                self.check_runs.extend(made)
 
     def review(self, number: int, login: str, state: str = "APPROVED") -> None:
         with self._lock:
@@ -307,6 +317,7 @@ class FakeGitHub:
             Route(f"{rp}/installation", self._installation, methods=["GET"]),
             Route("/app/installations/{iid:int}/access_tokens", self._access_token,
                   methods=["POST"]),
+            *self.actions.routes(rp),
         ]
 
     @staticmethod

@@ -16,9 +16,11 @@
   ``no_ci_started`` naming the checks and the fix; ``timeout_s`` after the trigger, an
   unfinished build errors). A webhook that arrives while a poll is reading GitHub may be
   absorbed by that poll's write: the next poll, ``poll_s`` later, sees its check.
-- **Cancel**: records ``cancelled`` and deletes the branch (its workflow runs are not
-  cancelled: not built yet).
-- A finished build's branch is deleted too (best effort).
+- **Cancel**: records ``cancelled``, cancels the unfinished workflow runs of the pushed
+  commit on its branch (GitHub Actions: CI nobody waits for is not paid for) and
+  deletes the branch. A build that ended failed or errored (a failed check while
+  others still run) has its runs cancelled too; every finished build's branch is
+  deleted (each best effort: a leftover costs CI minutes or a branch, nothing else).
 
 - **No CI paid twice**: when the path is one pull request alone on the target (no
   batch assumed ahead of it) and its head already passed every required check, the
@@ -27,7 +29,12 @@
   runs on it: it is not a branch) and the build succeeds at once with it as the tested
   commit: the checks that passed on that very tree count.
 
-Not built yet: reading the required checks from branch protection or rulesets.
+- **Required checks**: the names in ``checks``, or, with none configured, what GitHub
+  requires on the target branch: the rulesets that apply to it and its classic branch
+  protection (``GitHubClient.required_checks``), read again at most every
+  ``REQUIRED_TTL_S``. A branch that requires no check (or an unreadable one) is
+  ``GitHubUnavailable`` naming the fix: the work waits for an operator, no change is
+  blamed.
 """
 
 from __future__ import annotations
@@ -46,10 +53,11 @@ from app.extensions.builds import runlog
 from app.extensions.git.publish import TreePublisher, build_ref
 from app.extensions.git.tree import TreeRefused
 from app.extensions.github.checks import verdict
-from app.extensions.github.client import GitHubClient
+from app.extensions.github.client import GitHubClient, GitHubUnavailable
 
 log = logging.getLogger("submitqueue.github")
 RUNNER = "github_checks"
+REQUIRED_TTL_S = 60.0
 
 
 def _wall_clock_ms() -> int:
@@ -59,12 +67,14 @@ def _wall_clock_ms() -> int:
 class GitHubChecksRunner:
     def __init__(self, *, queue: str, publisher: TreePublisher, client: GitHubClient,
                  store: BuildStore, checks: Sequence[str], start_timeout_s: float,
-                 timeout_s: float, poll_s: float = 15.0) -> None:
+                 timeout_s: float, poll_s: float = 15.0, target_branch: str = "main") -> None:
         self.queue = queue
         self.publisher = publisher
         self.client = client
         self.store = store
-        self.checks = tuple(checks)
+        self.configured = tuple(checks)
+        self.target_branch = target_branch
+        self._required: tuple[tuple[str, ...], float] | None = None  # names, read at
         self.start_timeout_s = start_timeout_s
         self.timeout_s = timeout_s
         self.poll_ms = int(poll_s * 1000)
@@ -89,7 +99,8 @@ class GitHubChecksRunner:
         if run is None or run.tested is not None or run.status.terminal:
             return build_id  # pushed already (a redelivered trigger), or ended
         branch = self.branch(request)
-        head = await self._passed_head(request)
+        checks = await self.required()
+        head = await self._passed_head(request, checks)
         try:
             tested, reused = await self.publisher.publish_unless_same(
                 request, build_id, ref=f"refs/heads/{branch}", same_as=head,
@@ -103,13 +114,33 @@ class GitHubChecksRunner:
                             f"(on {tested.base}), not to a queue branch")
             await self._end(build_id, BuildStatus.SUCCEEDED, (
                 f"no CI paid twice: this tree is exactly pull request head {head}'s, whose "
-                f"required checks passed ({', '.join(self.checks)}); nothing was built again"))
+                f"required checks passed ({', '.join(checks)}); nothing was built again"))
             return build_id
         await self._say(build_id, f"tree {tested.commit} pushed to {branch} (on "
-                        f"{tested.base}); waiting for {', '.join(self.checks)}")
+                        f"{tested.base}); waiting for {', '.join(checks)}")
         return build_id
 
-    async def _passed_head(self, request: BuildRequest) -> str:
+    async def required(self) -> tuple[str, ...]:
+        """The required check names: configured, or read from GitHub (module docstring)."""
+        if self.configured:
+            return self.configured
+        now = time.monotonic()
+        if self._required is not None and now - self._required[1] < REQUIRED_TTL_S:
+            return self._required[0]
+        names, note = await self.client.required_checks(self.target_branch)
+        if not names:
+            raise GitHubUnavailable(
+                f"queue {self.queue!r}: {self.target_branch} requires no status check (no "
+                "ruleset or branch protection of it names one"
+                + (f"; {note}" if note else "") + ") and build_runner.checks names none: "
+                "require the CI's checks on the branch, or list them in build_runner.checks")
+        if note:
+            log.warning("required checks read from rulesets only: %s", note,
+                        extra={"queue": self.queue})
+        self._required = (names, now)
+        return names
+
+    async def _passed_head(self, request: BuildRequest, checks: tuple[str, ...]) -> str:
         """The head commit of the path's one pull request when the path is that pull
         request alone on the target (first in its lane) and every required check already
         passed on it ("" otherwise): if the tree made is exactly that commit's tree, its
@@ -126,7 +157,7 @@ class GitHubChecksRunner:
             log.warning("could not read a pull request's checks; building it",
                         exc_info=exc, extra={"queue": self.queue, "sha": sha})
             return ""
-        status, _ = verdict(self.checks, seen, waited_s=0, start_timeout_s=1,
+        status, _ = verdict(checks, seen, waited_s=0, start_timeout_s=1,
                             branch="the pull request")
         return sha if status is BuildStatus.SUCCEEDED else ""
 
@@ -149,15 +180,16 @@ class GitHubChecksRunner:
 
     async def _poll(self, run: BuildRun) -> BuildRun:
         assert run.tested is not None
+        checks = await self.required()
         seen = await self.client.checks(run.tested.commit)
-        status, detail = verdict(self.checks, seen, waited_s=self._waited_s(run),
+        status, detail = verdict(checks, seen, waited_s=self._waited_s(run),
                                  start_timeout_s=self.start_timeout_s, branch=self.branch(run))
         if not status.terminal and self._waited_s(run) > self.timeout_s:
             status, detail = BuildStatus.ERRORED, (
                 f"the required checks did not finish within {self.timeout_s:g} s ({detail})")
         if status.terminal:
             ended = await self._end(run.id, status, detail) or run
-            await self._forget_branch(run)
+            await self._forget_branch(run, stop_ci=status is not BuildStatus.SUCCEEDED)
             return ended
         now = self.clock()
         if status is BuildStatus.RUNNING and run.status is not BuildStatus.RUNNING:
@@ -179,11 +211,21 @@ class GitHubChecksRunner:
     async def cancel(self, build_id: str) -> None:
         run = await self._end(build_id, BuildStatus.CANCELLED, "cancelled by SubmitQueue")
         if run is not None:
-            await self._forget_branch(run)
+            await self._forget_branch(run, stop_ci=True)
 
-    async def _forget_branch(self, run: BuildRun) -> None:
+    async def _forget_branch(self, run: BuildRun, *, stop_ci: bool = False) -> None:
+        branch = self.branch(run)
+        if stop_ci and run.tested is not None:
+            try:
+                stopped = await self.client.cancel_workflow_runs(branch, run.tested.commit)
+            except Exception as exc:  # best effort: CI minutes, not correctness
+                log.warning("could not cancel a queue branch's workflow runs", exc_info=exc,
+                            extra={"queue": self.queue, "build_id": run.id})
+            else:
+                if stopped:
+                    await self._say(run.id, f"cancelled {stopped} workflow run(s) on {branch}")
         try:
-            await self.client.delete_branch(self.branch(run))
+            await self.client.delete_branch(branch)
         except Exception as exc:  # best effort: a leftover branch harms nothing
             log.warning("could not delete a queue branch", exc_info=exc,
                         extra={"queue": self.queue, "build_id": run.id})
