@@ -34,7 +34,7 @@ from app.domain.redaction import SecretMask
 from app.extensions.base import QueueExtensions
 from app.extensions.factory import ExtensionRegistry, load_queues_file, webhook_secrets
 from app.gateway.access import Access, AccessPolicy
-from app.gateway.github import GitHubResync
+from app.gateway.github_resync import GitHubResync
 from app.logs import configure_logging
 from app.metrics import Metrics, state_source
 from app.queue import Backoff, Broker, Chaos, ConsumerService, backend_for_url

@@ -34,6 +34,9 @@ _REPO = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 _HOST = re.compile(r"^[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?(?::[0-9]{1,5})?$")
 _LABEL = re.compile(r"^[^\x00-\x1f]{1,50}$")
 API_VERSION: Final = "2022-11-28"  # the one REST API version we speak (X-GitHub-Api-Version)
+#: the label the ``github`` merger puts on a pull request it landed as other commits
+#: (squashed, rebased) before it closes it
+MERGED_LABEL: Final = "merged-by-queue"
 
 
 def _env_name(value: str, key: str) -> str:

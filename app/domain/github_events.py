@@ -43,6 +43,7 @@ class Intent:
     base_ref: str = ""  # "" = read it with the head
     reason: str = ""  # for a cancel
     needs_write: bool = False  # a comment command: the sender must have write access
+    via: str = ""  # a land's origin, kept with the request: "label" or "comment"
 
 
 def _get(payload: Any, *path: str) -> Any:
@@ -106,7 +107,7 @@ def _pull_request(payload: Any, land_label: str) -> Intent | None:
                           reason=f"the {land_label} label was removed by @{sender}")
         if _str(payload, "pull_request", "state") != "open":
             return None
-        return Intent("land", repo, number, sender, head_sha=head, base_ref=base)
+        return Intent("land", repo, number, sender, head_sha=head, base_ref=base, via="label")
     if action == "synchronize":
         return Intent("cancel", repo, number, sender, head_sha=_str(payload, "before"),
                       reason=SUPERSEDED)
@@ -130,7 +131,7 @@ def _comment(payload: Any) -> Intent | None:
     repo = _str(payload, "repository", "full_name")
     number = _int(payload, "issue", "number")
     if what == "land":
-        return Intent("land", repo, number, sender, needs_write=True)
+        return Intent("land", repo, number, sender, needs_write=True, via="comment")
     return Intent("cancel", repo, number, sender, needs_write=True,
                   reason=f"cancelled by @{sender} with {CANCEL_COMMAND}")
 

@@ -22,16 +22,7 @@
    include that URI, through ``requests.cancel`` with the reason. Comment commands
    first check the commenter's permission (write, maintain or admin) through the API.
 
-**Resync** (``GitHubResync``, the scheduler's ``github-resync`` job): GitHub does not
-retry a delivery that failed or was lost, so every ``SQ_GITHUB_RESYNC_MS`` each queue
-with a ``github`` block lists its open pull requests into the target branch and lands
-each ready one that carries ``land_label`` at a head the queue never saw (no request
-ever carried that change URI), through the same ``landing.accept``. A head submitted
-before is left alone whatever became of it (a failed build is not paid for again every
-interval; a new push or a new label is a new submission), a race with a delivery is
-settled by the change claim, so a resync that finds nothing lost changes nothing and
-several processes may run it at once.
-It does not (yet) cancel requests of pull requests that lost their label meanwhile.
+**Resync**: ``app/gateway/github_resync.py`` (GitHub does not retry a lost delivery).
 """
 
 from __future__ import annotations
@@ -60,6 +51,7 @@ from app.domain.errors import (
 )
 from app.domain.github_config import GitHubConfig
 from app.domain.github_events import Intent, checks_changed, intent
+from app.domain.github_resync import PullNow
 from app.domain.queue_config import QueueConfig
 from app.domain.states import PublicStatus
 from app.extensions.base import QueueExtensions
@@ -86,9 +78,12 @@ class PullRequests(Protocol):
         """The pull request's current ``(head sha, base branch)``."""
         ...
 
-    async def labelled(self, label: str) -> list[tuple[int, str, str]]:
-        """``(number, head sha, base branch)`` of the open, ready pull requests into the
-        target branch that carry ``label``."""
+    async def open_pulls(self) -> list[PullNow]:
+        """The open pull requests into the target branch."""
+        ...
+
+    async def pull_now(self, number: int) -> PullNow | None:
+        """The pull request now (None: 404)."""
         ...
 
 
@@ -250,7 +245,7 @@ async def _act(runtime: GitHubRuntime, name: str, event: str, payload: Any) -> O
             return Outcome(name, "refused", f"@{wanted.sender} has {level} access to "
                            f"{gh.repository}; /submitqueue commands need write access")
     if wanted.action == "land":
-        return await _land(runtime, name, config, gh, wanted, provider)
+        return await land_intent(runtime, name, config, gh, wanted, provider)
     return await _cancel(runtime, name, gh, wanted, provider)
 
 
@@ -268,7 +263,7 @@ async def _checks(runtime: GitHubRuntime, name: str, gh: GitHubConfig, repositor
                                     f"{', '.join(branches)} read GitHub's checks now")
 
 
-async def _land(runtime: GitHubRuntime, name: str, config: QueueConfig, gh: GitHubConfig,
+async def land_intent(runtime: GitHubRuntime, name: str, config: QueueConfig, gh: GitHubConfig,
                 wanted: Intent, provider: PullRequests) -> Outcome:
     head, base = wanted.head_sha, wanted.base_ref
     if not head:
@@ -279,7 +274,7 @@ async def _land(runtime: GitHubRuntime, name: str, config: QueueConfig, gh: GitH
     uri = change_uri(gh, wanted.number, head)
     try:
         landed = await landing.accept(runtime, queue=name, config=config, change_uris=[uri],
-                                      strategy=None, key=None,
+                                      strategy=None, key=None, origin=wanted.via,
                                       actor=f"github:{wanted.sender}"[:100])
     except (ChangeInFlight, ChangeLanded, QuotaExceeded, ValidationError) as exc:
         return Outcome(name, "refused", str(exc))
@@ -303,55 +298,3 @@ async def _cancel(runtime: GitHubRuntime, name: str, gh: GitHubConfig, wanted: I
         await gateway.cancel(runtime, queue=name, sqid=sqid, reason=wanted.reason,
                              caller=caller)
     return Outcome(name, "cancelled", wanted.reason, live)
-
-
-
-class GitHubResync:
-    """The ``github-resync`` job: land what a lost delivery left unqueued (module
-    docstring). ``run`` returns the outcomes per queue (for tests and logs)."""
-
-    def __init__(self, runtime: GitHubRuntime) -> None:
-        self.runtime = runtime
-
-    def queues(self) -> list[str]:
-        return [name for name, cfg in self.runtime.queues.items() if cfg.github is not None
-                and cfg.change_provider.type == "github"]
-
-    async def run(self) -> dict[str, list[Outcome]]:
-        out: dict[str, list[Outcome]] = {}
-        for name in self.queues():
-            try:
-                out[name] = await self._queue(name)
-            except Exception as exc:  # one queue's GitHub trouble must not stop the others
-                if getattr(exc, "dependency_kind", None) != "github":
-                    raise
-                log.warning("github resync: GitHub did not answer", exc_info=exc,
-                            extra={"queue": name})
-        return out
-
-    async def _queue(self, name: str) -> list[Outcome]:
-        config = self.runtime.queues[name]
-        gh = config.github
-        assert gh is not None
-        provider = self.runtime.extensions.for_queue(name).provider
-        if not isinstance(provider, PullRequests):
-            return []
-        outcomes = []
-        for number, head, base in await provider.labelled(gh.land_label):
-            uri = change_uri(gh, number, head)
-            async with self.runtime.db.read() as s:
-                seen = await request_log.summaries_by_change_uri(s, queue=name,
-                                                                 change_uri=uri, limit=1)
-            if seen:  # this head was submitted before (whatever became of it): not lost
-                outcomes.append(Outcome(name, "ignored", f"pull request #{number} at "
-                                        f"{head[:12]} was submitted before as "
-                                        f"{seen[0].request_id} ({seen[0].status})"))
-                continue
-            wanted = Intent("land", gh.repository, number, "submitqueue-resync",
-                            head_sha=head, base_ref=base)
-            outcome = await _land(self.runtime, name, config, gh, wanted, provider)
-            if outcome.action == "landed":
-                log.info("github resync landed a pull request a lost delivery left out",
-                         extra={"queue": name, "sqid": outcome.sqids[0]})
-            outcomes.append(outcome)
-        return outcomes

@@ -126,10 +126,12 @@ def body_digest(change_uris: list[str], strategy: LandStrategy | None,
 async def accept(runtime: LandRuntime, *, queue: str, config: QueueConfig,
                  change_uris: list[str], strategy: LandStrategy | None,
                  key: str | None, actor: str = ANONYMOUS,
-                 priority: Priority = Priority.NORMAL) -> Landed:
+                 priority: Priority = Priority.NORMAL, origin: str = "") -> Landed:
     """Accept the stack ``change_uris`` for ``queue`` from ``actor`` (see the module
-    docstring); ``strategy`` None = the queue's default. Whether ``actor`` may ask for
-    ``priority`` is the caller's check (``app/domain/access.py``, ``hotfix_refusal``)."""
+    docstring); ``strategy`` None = the queue's default; ``origin`` (kept in the
+    request's metadata when set) says how GitHub asked: ``label`` or ``comment``.
+    Whether ``actor`` may ask for ``priority`` is the caller's check
+    (``app/domain/access.py``, ``hotfix_refusal``)."""
     key = check_key(key)
     identities = stack_identities(validate_stack(change_uris))
     digest = body_digest(change_uris, strategy, priority)
@@ -153,7 +155,8 @@ async def accept(runtime: LandRuntime, *, queue: str, config: QueueConfig,
                 await repo.create_summary(s, queue=queue, request_id=sqid,
                                           change_uris=change_uris,
                                           received_at_ms=received_ms,
-                                          metadata={"strategy": strategy.value},
+                                          metadata={"strategy": strategy.value,
+                                                    **({"origin": origin} if origin else {})},
                                           submitted_by=actor, priority=priority)
         except _Replay as replay:
             return await _replay(runtime, replay.record, digest, strategy)

@@ -14,17 +14,20 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
+from app.db.repos.request_log import persist_log
 from app.db.tables import github_deliveries as deliveries_t
 from app.db.tables import request_summaries as sum_t
+from app.domain.entities import RequestLog
 from app.domain.github_config import GitHubConfig
-from app.domain.messages import CANCEL, START
+from app.domain.messages import CANCEL, START, log_id
 from app.domain.queue_config import QueueConfig
+from app.domain.states import LogType
 from app.extensions.github.client import Credentials, GitHubClient
 from app.extensions.github.fake import FakeGitHub, signature
 from app.extensions.github.provider import GitHubChangeProvider
-from app.gateway.github import GitHubResync
+from app.gateway.github_resync import GitHubResync
 from tests.conftest import BACKENDS
-from tests.support.gateway import Env, error, finish, opened_env
+from tests.support.gateway import T0, Env, error, finish, opened_env
 from tests.support.webhook_examples import examples
 
 pytestmark = pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
@@ -280,6 +283,71 @@ async def test_the_resync_lands_what_a_lost_delivery_left_out(env: Env, fake: Fa
                                                           ("landed", ["gh/3"])]
     assert new_head[:12] in fourth["gh"][1].detail
     assert len(await summaries(env)) == 3
+
+
+async def status_of(env: Env, sqid: str) -> tuple[str, dict[str, Any]]:
+    async with env.runtime.db.read() as s:
+        row = (await s.execute(sa.select(sum_t).where(sum_t.c.request_id == sqid))).one()
+    return row.status, json.loads(row.metadata_json)
+
+
+async def test_the_resync_cancels_what_a_lost_delivery_left_queued(
+        env: Env, fake: FakeGitHub) -> None:
+    """Label removed, closed, pushed to, retargeted, with each delivery lost: the resync
+    cancels those requests, and leaves alone a comment's request without the label, a
+    pull request the queue closed as landed, and one GitHub no longer shows."""
+    fake.permissions["mona"] = "write"
+    fake.repo.set_ref("refs/heads/release", fake.tip())
+    pulls = [fake.open_pull({f"{i}.txt": "1\n"}) for i in range(7)]
+    for pull in pulls[:6]:
+        pull.labels.append("merge-queue")
+        r = await send(env, fake, "pull_request",
+                       fake.pull_request_event(pull.number, "labeled", label="merge-queue"))
+        assert r.json()["outcomes"][0]["action"] == "landed", r.text
+    r = await send(env, fake, "issue_comment",
+                   fake.comment_event(7, "/submitqueue land", sender="mona"))
+    assert r.json()["outcomes"][0]["sqids"] == ["gh/7"], r.text
+    assert (await status_of(env, "gh/1"))[1]["origin"] == "label"
+    await persist_log(env.runtime.db, RequestLog(  # a later status keeps the origin
+        queue="gh", request_id="gh/1", timestamp_ms=T0 + 500, type=LogType.STATUS,
+        status="speculating", request_version=2, log_id=log_id("gh/1", "speculating")))
+    assert await status_of(env, "gh/1") == ("speculating", {"origin": "label"})
+    assert (await status_of(env, "gh/7"))[1]["origin"] == "comment"
+    resync = GitHubResync(env.runtime)  # type: ignore[arg-type]
+    assert [o.action for o in (await resync.run())["gh"]] == ["ignored"] * 6  # converged
+    # GitHub changes; none of these deliveries reaches the server
+    pulls[0].labels.remove("merge-queue")  # gh/1: label removed
+    pulls[1].state = "closed"  # gh/2: closed
+    new_head = fake.push(3, {"2.txt": "2\n"})  # gh/3: pushed to
+    pulls[3].base_ref = "release"  # gh/4: retargeted
+    pulls[4].labels.append("merged-by-queue")  # gh/5: the queue's own squash landing
+    pulls[4].state = "closed"
+    del fake.pulls[6]  # gh/6: GitHub answers 404 (deleted, or we lost sight of it)
+    # gh/7 (queued by a comment) never had the label: left alone
+    first = (await resync.run())["gh"]
+    cancelled = {o.sqids[0]: o.detail for o in first if o.action == "cancelled"}
+    note = " (seen by the resync: GitHub's delivery saying so was lost)"
+    assert cancelled == {
+        "gh/1": f"the merge-queue label was removed{note}",
+        "gh/2": f"pull request #2 was closed{note}",
+        "gh/3": "superseded by a new push",
+        "gh/4": f"pull request #4 now targets 'release'; this queue lands on 'main'{note}",
+    }
+    assert new_head[:12] in next(o.detail for o in first if o.action == "landed")
+    [msg] = [m for m in await env.messages(CANCEL) if m.payload["id"] == "gh/1"]
+    assert msg.payload["actor"] == "github:submitqueue-resync"
+    for sqid in ("gh/5", "gh/6", "gh/7"):
+        assert (await status_of(env, sqid))[0] == "accepted", sqid
+    # no consumer runs here: gh/1's summary still says speculating (the cancelling entry
+    # of version 0 does not outrank it), so the next resync asks again: the same log id
+    # and message id, nothing new written or published
+    messages = len(await env.messages(CANCEL))
+    second = (await resync.run())["gh"]
+    assert [o.sqids for o in second if o.action == "cancelled"] == [["gh/1"]]
+    assert len(await env.messages(CANCEL)) == messages
+    await finish(env, "gh/1", "cancelled")
+    third = (await resync.run())["gh"]  # converged
+    assert [o for o in third if o.action == "cancelled"] == []
 
 
 async def test_the_resync_rides_out_github_being_down(env: Env, fake: FakeGitHub) -> None:

@@ -61,7 +61,7 @@ def test_every_pull_request_example_is_read() -> None:
             elif pr["state"] == "open":
                 assert ours == Intent("land", payload["repository"]["full_name"], pr["number"],
                                       payload["sender"]["login"], head_sha=pr["head"]["sha"],
-                                      base_ref=pr["base"]["ref"])
+                                      base_ref=pr["base"]["ref"], via="label")
             else:
                 assert ours is None  # a label on a closed pull request lands nothing
         else:
@@ -87,7 +87,7 @@ def test_every_issue_comment_example_is_read() -> None:
             continue
         created += 1
         assert got == Intent("land", payload["repository"]["full_name"], number,
-                             payload["sender"]["login"], needs_write=True)
+                             payload["sender"]["login"], needs_write=True, via="comment")
         landing["comment"]["body"] = "/submitqueue cancel"
         cancel = intent("issue_comment", landing, land_label=LABEL)
         assert cancel is not None and (cancel.action, cancel.needs_write) == ("cancel", True)

@@ -166,6 +166,15 @@ async def summaries_by_change_uri(
     return await list_summaries(session, queue=queue, limit=limit, change_uri=change_uri)
 
 
+async def summaries_in(session: AsyncSession, *, queue: str, statuses: Collection[str],
+                       limit: int = 1000) -> list[RequestSummary]:
+    """The summaries of ``queue`` whose status is one of ``statuses``, oldest first (at
+    most ``limit``)."""
+    stmt = (sa.select(sum_t).where(sum_t.c.queue == queue, sum_t.c.status.in_(statuses))
+            .order_by(sum_t.c.received_at_ms, sum_t.c.request_id).limit(limit))
+    return [_summary_from_row(r) for r in (await session.execute(stmt)).all()]
+
+
 async def counts_by_status(
     session: AsyncSession, *, queues: Collection[str] | None = None
 ) -> dict[str, dict[str, int]]:
@@ -223,14 +232,21 @@ async def history(session: AsyncSession, *, queue: str, request_id: str) -> list
     return [_log_from_row(r) for r in (await session.execute(stmt)).all()]
 
 
+#: summary metadata kept through every status: how GitHub asked (``origin``: label or
+#: comment; the resync cancels a label's request when the label is gone)
+STICKY = ("origin",)
+
+
 async def update_summary_status(
     session: AsyncSession, *, summary: RequestSummary, entry: RequestLog
 ) -> RequestSummary:
     """Conditionally write ``entry``'s status onto ``summary`` (version + 1). The entry's
     metadata replaces the summary's, except that a repeat of the same status at the
     same request version (a repair) keeps the keys it does not carry, so a landed
-    request's ``commits`` survive a bare re-publication of ``landed``."""
-    metadata = dict(entry.metadata)
+    request's ``commits`` survive a bare re-publication of ``landed``; and the keys of
+    ``STICKY`` (set at acceptance, about the request rather than a status) always stay."""
+    metadata = {k: summary.metadata[k] for k in STICKY if k in summary.metadata}
+    metadata.update(entry.metadata)
     if (entry.status, entry.request_version) == (summary.status, summary.request_version):
         metadata = {**summary.metadata, **metadata}
     new = RequestSummary(

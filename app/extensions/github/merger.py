@@ -29,13 +29,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from app.domain.github_config import MERGED_LABEL
 from app.domain.states import LandStrategy
 from app.extensions.base import MergeOutcome, MergeSpec
 from app.extensions.git.cli import GitError, GitMirror
 from app.extensions.git.merger import GitMerger
 from app.extensions.github.client import GitHubClient
-
-MERGED_LABEL = "merged-by-queue"
 
 
 class FastForwardRefused(Exception):

@@ -25,11 +25,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from app.domain.change_uri import ChangeURI, parse_change_uri
 from app.domain.entities import ChangeDetails, ChangedFile
 from app.domain.errors import ValidationError
 from app.domain.github_config import GitHubConfig
+from app.domain.github_resync import PullNow
 from app.extensions.base import ChangeRejected
 from app.extensions.github.client import GitHubClient, GitHubNotFound
 
@@ -115,12 +117,22 @@ class GitHubChangeProvider:
                                  "not found (or the queue's credentials cannot see it)") from None
         return pr.head.sha, pr.base.ref
 
-    async def labelled(self, label: str) -> list[tuple[int, str, str]]:
-        """``(number, head sha, base branch)`` of each open, ready pull request into the
-        target branch that carries ``label`` (``PullRequests``; the resync)."""
+    async def open_pulls(self) -> list[PullNow]:
+        """Each open pull request into the target branch (``PullRequests``; the resync)."""
         pulls = await self.client.open_pulls(self.config.target_branch)
-        return [(p.number, p.head.sha, p.base.ref) for p in pulls
-                if not p.draft and any(lb.name == label for lb in p.labels)]
+        return [PullNow(p.number, p.head.sha, p.base.ref, "open",
+                        frozenset(lb.name for lb in p.labels), bool(p.draft)) for p in pulls]
+
+    async def pull_now(self, number: int) -> PullNow | None:
+        """The pull request as GitHub has it now; None when GitHub answers 404."""
+        try:
+            pr = await self.client.pull(number)
+        except GitHubNotFound:
+            return None
+        state: Literal["open", "closed", "merged"] = (
+            "merged" if pr.merged else "open" if pr.state == "open" else "closed")
+        return PullNow(pr.number, pr.head.sha, pr.base.ref, state,
+                       frozenset(lb.name for lb in pr.labels), bool(pr.draft))
 
     def _parse(self, uri: str) -> tuple[ChangeURI, int]:
         try:
