@@ -19,6 +19,10 @@ the landed commits, or the removal's text, evidence (links: the failed check, th
 build log, conflicting paths, who cancelled) and next steps; the text carries the
 failing log lines and the trail of stages. Everything is a function of the facts
 alone (no clock), so a replayed message writes the same check-run.
+
+:func:`removal_comment` is the short comment a queue with ``removal_comment: true``
+adds to a pull request it removed (``error`` or ``cancelled``): the summary above and
+a hidden marker naming the request, by which a replay finds it written already.
 """  # noqa: E501 - the table reads best unwrapped
 
 from __future__ import annotations
@@ -218,3 +222,19 @@ def pull_heads(change_uris: tuple[str, ...], host: str, repository: str
         if number.isdigit() and len(sha) == 40:
             out.append((int(number), sha))
     return out
+
+
+def comment_marker(sqid: str) -> str:
+    """The hidden line that says a removal comment for ``sqid`` was written."""
+    return f"<!-- submitqueue:removed:{sqid} -->"
+
+
+def removal_comment(f: CheckFacts) -> str | None:
+    """The comment on a removed request's pull requests (None unless removed)."""
+    if f.status not in ("error", "cancelled"):
+        return None
+    verb = "removed this pull request from" if f.status == "error" else \
+        "cancelled this pull request's request in"
+    return "\n".join([f"SubmitQueue {verb} queue `{f.queue}`.", "", _summary(f), "",
+                      comment_marker(f.sqid)])
+

@@ -14,6 +14,7 @@ github:
   land_label: merge-queue                # adding it lands the pull request, removing it cancels
   require_approval: true                 # refuse pull requests without an approving review
   check_run: true                        # write the SubmitQueue check-run (token: a commit status)
+  removal_comment: false                 # also comment on a pull request the queue removed (once)
   timeout_s: 30                          # per API call
 ```
 
@@ -61,6 +62,7 @@ class GitHubConfig(BaseModel):
     land_label: str = "merge-queue"
     require_approval: bool = False
     check_run: bool = True
+    removal_comment: bool = False
     timeout_s: float = Field(default=30.0, gt=0, le=300)
 
     @field_validator("repository")

@@ -98,7 +98,8 @@ def _github_check(config: QueueConfig) -> CheckPublisher | None:
         return None
     from app.extensions.github.checkrun import CheckRunPublisher
 
-    return CheckRunPublisher(_github_client(config))
+    return CheckRunPublisher(_github_client(config),
+                             comment_removals=config.github.removal_comment)
 
 
 def _github_runner(config: QueueConfig, store: BuildStore) -> BuildRunner:

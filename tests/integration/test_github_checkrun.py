@@ -86,6 +86,35 @@ async def test_a_token_writes_commit_statuses_instead(tmp_path: Path) -> None:
     assert ours(fake) == []
 
 
+async def test_a_removal_comments_once_per_pull_request_when_the_queue_asks(
+        tmp_path: Path) -> None:
+    fake = FakeGitHub(tmp_path / "w.git")
+    one, two = fake.open_pull({"a.txt": "1\n"}), fake.open_pull({"b.txt": "2\n"})
+    pub = publisher(fake, app=None)
+    quiet = publisher(fake, app=None)
+    pub.comment_removals = True
+    queued = facts("widgets/1", (1, one.head_sha), (2, two.head_sha))
+    await pub.publish(queued)  # in flight: no comment
+    assert fake.pulls[1].comments == []
+    removed = replace(queued, status="error", stage="error", reason="build_failed",
+                      removal_text="its build failed: check 'test' failed",
+                      next_steps=("fix the test and label the pull request again",))
+    await quiet.publish(removed)  # a queue without removal_comment: no comment
+    assert fake.pulls[1].comments == []
+    await pub.publish(removed)
+    await pub.publish(removed)  # a replayed message: nothing twice
+    for number in (1, 2):
+        [comment] = fake.pulls[number].comments
+        body = comment["body"]
+        assert body.startswith("SubmitQueue removed this pull request from queue `widgets`.")
+        assert "Reason: `build_failed`" in body and "check 'test' failed" in body
+        assert "fix the test and label the pull request again" in body
+        assert body.endswith("<!-- submitqueue:removed:widgets/1 -->")
+    landed = replace(facts("widgets/3", (1, one.head_sha)), status="landed", stage="landed")
+    await pub.publish(landed)
+    assert len(fake.pulls[1].comments) == 1  # landing comments nothing
+
+
 async def test_changes_of_other_repositories_get_nothing(tmp_path: Path) -> None:
     fake = FakeGitHub(tmp_path / "w.git")
     uri = "git://git.example.com/acme/widgets/refs%2Fheads%2Fx/" + "a" * 40

@@ -8,19 +8,31 @@ requests' heads (docs/github.md; the content is ``app/domain/checkrun.py``).
   of its own: GitHub shows the newest run of a name.
 - **A token**: GitHub lets only Apps create check-runs, so the queue adds a commit
   status of context ``SubmitQueue`` instead (the newest of a context is the one shown).
+- **Removal comment** (``github.removal_comment: true``): once a request is removed,
+  each of its pull requests gets one comment (``removal_comment``) unless one carrying
+  the request's hidden marker is there already, so a redelivery comments nothing twice.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from app.domain.checkrun import CHECK_NAME, CheckFacts, commit_status, pull_heads, render
+from app.domain.checkrun import (
+    CHECK_NAME,
+    CheckFacts,
+    comment_marker,
+    commit_status,
+    pull_heads,
+    removal_comment,
+    render,
+)
 from app.extensions.github.client import GitHubClient
 
 
 class CheckRunPublisher:
-    def __init__(self, client: GitHubClient) -> None:
+    def __init__(self, client: GitHubClient, *, comment_removals: bool = False) -> None:
         self.client = client
+        self.comment_removals = comment_removals
 
     @property
     def uses_check_runs(self) -> bool:
@@ -39,7 +51,17 @@ class CheckRunPublisher:
                 await self._check_run(sha, facts)
             else:
                 await self._status(sha, facts)
+        text = removal_comment(facts) if self.comment_removals else None
+        if text is not None:
+            for number in dict.fromkeys(n for n, _ in heads):
+                await self._comment(number, facts.sqid, text)
         return len(heads)
+
+    async def _comment(self, number: int, sqid: str, text: str) -> None:
+        marker = comment_marker(sqid)
+        if any(marker in body for body in await self.client.comments(number)):
+            return  # written by an earlier delivery
+        await self.client.add_comment(number, text)
 
     async def _check_run(self, sha: str, facts: CheckFacts) -> None:
         draft = render(facts)

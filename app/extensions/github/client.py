@@ -40,6 +40,7 @@ from githubkit.exception import (
 from githubkit_schemas.v2022_11_28.models import (
     CheckRun,
     DiffEntry,
+    IssueComment,
     PullRequest,
     PullRequestReview,
     PullRequestSimple,
@@ -54,6 +55,7 @@ MAX_FILES = 3000  # GitHub lists at most 3000 files of a pull request
 MAX_REVIEWS = 1000
 MAX_OPEN_PULLS = 1000  # a resync reads at most this many open pull requests
 MAX_RULES = 500  # rules of a branch read at most
+MAX_COMMENTS = 3000  # comments of a pull request read at most
 USER_AGENT = "SubmitQueue"
 
 T = TypeVar("T")
@@ -351,6 +353,23 @@ class GitHubClient:
                 continue
             cancelled += 1
         return cancelled
+
+    async def comments(self, number: int) -> list[str]:
+        """The bodies of the pull request's comments (paged, at most ``MAX_COMMENTS``)."""
+        gh = await self._client()
+
+        async def page(n: int) -> list[str]:
+            res = await call(lambda: gh.rest(API_VERSION).issues.async_list_comments(
+                self.config.owner, self.config.repo, number, per_page=PER_PAGE, page=n))
+            items: list[IssueComment] = res.parsed_data
+            return [c.body or "" for c in items]
+
+        return await self._pages(page, MAX_COMMENTS)
+
+    async def add_comment(self, number: int, body: str) -> None:
+        gh = await self._client()
+        await call(lambda: gh.rest(API_VERSION).issues.async_create_comment(
+            self.config.owner, self.config.repo, number, body=body))
 
     async def close_landed(self, number: int, comment: str, label: str) -> None:
         """Comment on the pull request, label it and close it (it landed as other
