@@ -441,3 +441,42 @@ async def test_a_check_webhook_makes_the_queue_read_a_builds_checks_at_once(
     assert fake.check_listings.count(sha) == 2  # after the push, and after the webhook
     assert fake.repo.is_ancestor(pull.head_sha, fake.tip())
 
+
+
+async def test_the_rulesets_required_checks_are_the_builds_and_a_removal_comments_once(
+        database_url: str, tmp_path: Path, fake: FakeGitHub,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """No checks in queues.yaml: the runner reads what main's ruleset requires; the
+    queue comments on the pull request it removed (removal_comment), once."""
+    app_auth(fake, monkeypatch)
+    queues = CHECKS_QUEUES.replace("{api}", fake.base_url).replace(
+        "checks: [test], ", "").replace(
+        "      webhook_secret_env:", "      removal_comment: true\n      webhook_secret_env:")
+    assert "checks: [" not in queues
+    (tmp_path / "queues.yaml").write_text(queues)
+    fake.actions.rulesets["main"] = [["test"]]
+    fake.simulate_ci("test", "lint")  # lint: not required, so not waited for
+    pulls = [fake.open_pull({"one/a.txt": "fine\n"}, title="One"),
+             fake.open_pull({"two/b.txt": "BROKEN\n"}, title="Two")]
+    async with serve(database_url, tmp_path) as server:
+        for pull in pulls:
+            r = await label(fake, server.base_url, pull.number)
+            assert r.json()["outcomes"][0]["action"] == "landed", r.text
+        assert await server.wait_all_terminal(["widgets/1", "widgets/2"], queue="widgets",
+                                              timeout=45) == {
+            "widgets/1": "landed", "widgets/2": "error"}
+        error = (await server.summary("widgets/2"))["last_error"]
+        build = error.split("last builds: ")[1].split(" ")[0]
+        log = await server.client.get(f"/api/v1/builds/{build}/log")
+        assert "waiting for test" in log.text, log.text
+
+        def commented() -> bool:
+            return len(fake.pulls[2].comments) == 1
+
+        await wait_for(commented, "the removed pull request's comment")
+    [comment] = fake.pulls[2].comments
+    assert comment["body"].startswith("SubmitQueue removed this pull request from queue")
+    assert "Reason: `build_failed`" in comment["body"]
+    assert comment["body"].endswith("<!-- submitqueue:removed:widgets/2 -->")
+    assert fake.pulls[1].comments == []  # landed: no comment
+    assert fake.repo.is_ancestor(pulls[0].head_sha, fake.tip())
