@@ -66,6 +66,9 @@ async def test_the_required_checks_on_the_queue_branch_are_the_verdict(
     # finished builds leave no queue branches behind
     assert fake.repo.git("for-each-ref", "refs/heads/sq/").stdout == ""
     assert len([c for c in fake.check_runs if c["name"] == "test"]) == 2
+    # the fake's CI ran the sandbox's test in each tree: its output is the check's summary
+    [red] = [c for c in fake.check_runs if c["name"] == "test" and c["conclusion"] == "failure"]
+    assert "src/bad.py" in red["summary"] and "checked: src/ok.py" not in red["summary"]
 
 
 async def test_a_ci_that_never_starts_is_no_ci_started(fake: FakeGitHub,

@@ -35,7 +35,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import os
 import secrets
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -51,9 +55,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
 from app.domain.github_config import API_VERSION
+from app.extensions.builds import sq_test
 from app.extensions.github import fake_json as J
 from app.extensions.github.fake_actions import FakeActions
 from app.extensions.github.fake_git import BareRepo
+
+SANDBOX_TEST = Path(sq_test.__file__)  # the sandbox repository's test, run by the fake CI
 
 
 @dataclass
@@ -136,6 +143,7 @@ class FakeGitHub:
         # (None: that check never starts); see simulate_ci
         self.ci: dict[str, Callable[[str], str | None]] = {}
         self.ci_on_pulls = False
+        self.ci_output: dict[str, str] = {}  # sha -> the sandbox test's output
         self.ci_paused = False  # True: the simulated CI reports nothing (not started yet)
         self.check_listings: list[str] = []  # the shas whose check-runs were listed
         self._ids = 1000
@@ -188,16 +196,22 @@ class FakeGitHub:
         """Report a completed check-run per name on every commit pushed to a ``sq/``
         branch (with ``pulls``, on every pull request's head too, as CI ``on:
         pull_request`` does), the first time its checks are asked for; ``verdict(sha)``
-        is the conclusion (default: ``failure`` when a file has a line ``BROKEN``, as the
-        sandbox's test does; None: the check never starts)."""
-        def broken(sha: str) -> str:
-            found = self.repo.git("grep", "-q", "-E", "-e", "^BROKEN$", sha, check=False)
-            if found.returncode not in (0, 1):
-                raise RuntimeError(f"git grep failed: {found.stderr.strip()}")
-            return "failure" if found.returncode == 0 else "success"
-
-        self.ci = dict.fromkeys(names, verdict or broken)
+        is the conclusion (default: the sandbox's test, ``sq_test.py``, run in the
+        commit's tree: ``failure`` when a file has a line ``BROKEN``; its output is the
+        check's summary; None: the check never starts)."""
+        self.ci = dict.fromkeys(names, verdict or self.sandbox_test)
         self.ci_on_pulls = pulls
+
+    def sandbox_test(self, sha: str) -> str:
+        """Run the sandbox's test in ``sha``'s tree: ``success`` or ``failure``."""
+        with tempfile.TemporaryDirectory(prefix="fake-ci-") as tree:
+            self.repo.export(sha, Path(tree))
+            res = subprocess.run([sys.executable, str(SANDBOX_TEST)], cwd=tree,
+                                 capture_output=True, text=True, timeout=120, check=False,
+                                 env={"PATH": os.environ.get("PATH", ""),
+                                      "PYTHONDONTWRITEBYTECODE": "1"})
+        self.ci_output[sha] = (res.stdout + res.stderr)[-4000:]
+        return "success" if res.returncode == 0 else "failure"
 
     def _run_ci(self, sha: str) -> None:
         if not self.ci or self.ci_paused:
@@ -219,7 +233,9 @@ class FakeGitHub:
                     made.append({
                         "id": self.next_id(), "name": name, "head_sha": sha,
                         "status": "completed", "conclusion": conclusion, "verdict": conclusion,
-                        "details_url": f"{self.base_url}/ci/{name}/{sha}"})
+                        "details_url": f"{self.base_url}/ci/{name}/{sha}",
+                        "title": f"{name}: {conclusion}",
+                        "summary": self.ci_output.get(sha) or None})
             if made:
                 self.actions.record(sha, branch, made)
                 self.check_runs.extend(made)

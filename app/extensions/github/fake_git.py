@@ -6,8 +6,10 @@ demo can make a pull request's commits in the very repository the fake serves.
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
+import tarfile
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -32,6 +34,21 @@ class BareRepo:
             raise RuntimeError(f"git {' '.join(args)} exited {res.returncode}: "
                                f"{res.stderr.strip()}")
         return res
+
+    def export(self, sha: str, dest: Path) -> None:
+        """Write the tree of commit ``sha`` into the directory ``dest`` (``git archive``)."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        env = git_env(self.home, {"GIT_DIR": str(self.path)})
+        res = subprocess.run(["git", "archive", "--format=tar", sha], env=env,
+                             capture_output=True, check=False, timeout=60)
+        if res.returncode != 0:
+            raise RuntimeError(f"git archive {sha} exited {res.returncode}: "
+                               f"{res.stderr.decode(errors='replace').strip()}")
+        with tarfile.open(fileobj=io.BytesIO(res.stdout)) as tar:
+            if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4
+                tar.extractall(dest, filter="data")
+            else:  # our own repository's archive: no links out of dest
+                tar.extractall(dest)
 
     def out(self, *args: str, stdin: str | None = None) -> str:
         return self.git(*args, stdin=stdin).stdout.strip()
