@@ -292,9 +292,10 @@ class SpeculateController:
             passed = await self._passed_builds(s, queue, sets, epochs.outside or
                                                bool(epochs.own))
         now = self.deps.now()
+        retries = self.deps.extensions(queue).speculation.retries
         entries = {
             h: [core.fold(e, builds.get(links.get((e.id, e.attempt), "")),
-                          (e.id, e.attempt) in links, now) for e in ps.entries]
+                          (e.id, e.attempt) in links, now, retries) for e in ps.entries]
             for h, ps in sets.items()
         }
         rebuilt = 0

@@ -159,6 +159,7 @@ class PathEntry:
     created_at_ms: int = 0
     updated_at_ms: int = 0
     rebuilds: int = 0  # new attempts because the target moved (they spend no build budget)
+    retried: int = 0  # new attempts after a failed build (``speculation.retries``)
 
     @property
     def id(self) -> str:

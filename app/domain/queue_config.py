@@ -284,6 +284,10 @@ class SpeculationConfig(_Cfg):
     ``min_probability``: fund no path less likely than this (each head's most likely
     path is always funded). ``hedge_by_time``: discount a hedge on a dependency whose
     own build reports soon. The defaults are the simulator's ``best-first``.
+    ``retries``: how many times a path whose build *failed* is built again before the
+    failure counts (default 0; infrastructure errors never count against a change and
+    are retried anyway, up to 5 attempts). A retry that passes lands the change and
+    marks the earlier failure ``flake_suspected`` in the request's history.
     """
 
     allocator: Literal["sticky", "preempting"] = "sticky"
@@ -294,6 +298,7 @@ class SpeculationConfig(_Cfg):
     complement_slots: int = Field(default=2, ge=1, le=100)
     min_probability: float = Field(default=0.1, ge=0, lt=1)
     hedge_by_time: bool = True
+    retries: int = Field(default=0, ge=0, le=5)
 
 
 class OutageKnobs(_Cfg):

@@ -160,6 +160,7 @@ class PublicStatus(StrEnum):
 class HistoryEvent(StrEnum):
     BUILDING = "building"
     BUILT = "built"
+    FLAKE_SUSPECTED = "flake_suspected"  # a retried path passed after a failed build
     WAITING = "waiting"
     INVALIDATED = "invalidated"
 

@@ -112,21 +112,28 @@ def decide(head: Batch, entries: Sequence[PathEntry], res: Mapping[str, Resoluti
 MAX_BUILD_ATTEMPTS = 5
 
 
-def fold(entry: PathEntry, build: Build | None, linked: bool, now: int) -> PathEntry:
+def fold(entry: PathEntry, build: Build | None, linked: bool, now: int,
+         retries: int = 0) -> PathEntry:
     """Fold what the builds say into a path entry's status (observations only).
 
     A build that ended ``errored`` (infrastructure failure, or lost when its runner
     restarted) gave no verdict: the path gets a new attempt (``pending``, attempt + 1,
     no link yet) up to :data:`MAX_BUILD_ATTEMPTS`; after that it counts as failed. A
     rebuild after the target moved (``rebuilds``, see :func:`rebuild`) is not counted.
+    A build that ended ``failed`` gets a new attempt too while the path was retried
+    fewer than ``retries`` times (``retried`` + 1; the queue's ``speculation.retries``);
+    those attempts are not errored ones either.
     """
     status = entry.status
     if status is PathStatus.CANCELLING:
         if not linked or (build is not None and build.status.terminal):
             status = PathStatus.CANCELLED
     elif status in (PathStatus.PENDING, PathStatus.BUILDING) and build is not None:
+        if build.status is BuildStatus.FAILED and entry.retried < retries:
+            return replace(entry, status=PathStatus.PENDING, attempt=entry.attempt + 1,
+                           retried=entry.retried + 1, updated_at_ms=now)
         if build.status is BuildStatus.ERRORED:
-            if entry.attempt - entry.rebuilds < MAX_BUILD_ATTEMPTS:
+            if entry.attempt - entry.rebuilds - entry.retried < MAX_BUILD_ATTEMPTS:
                 return replace(entry, status=PathStatus.PENDING, attempt=entry.attempt + 1,
                                updated_at_ms=now)
             status = PathStatus.FAILED

@@ -183,7 +183,8 @@ async def load_queue_state(rt: ViewRuntime, queue: str, *, timing_: Timing,
         details = await change_repo.details_for(s, queue=queue, request_ids=members)
     builds = {k: by_id[v] for k, v in links.items() if v in by_id}
     entries = {
-        head: [core.fold(e, builds.get((e.id, e.attempt)), (e.id, e.attempt) in links, now)
+        head: [core.fold(e, builds.get((e.id, e.attempt)), (e.id, e.attempt) in links, now,
+                         rt.extensions.for_queue(queue).speculation.retries)
                for e in ps.entries]
         for head, ps in sets.items()
     }

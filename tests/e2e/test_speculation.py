@@ -81,6 +81,51 @@ async def test_a_lost_build_is_retried_as_a_new_attempt_and_the_change_lands(
         assert len({md["path_id"] for md in builds}) == 1  # the same path, built again
 
 
+RETRY_QUEUE = """
+queues:
+  - name: demo
+    change_provider: {type: fake}
+    build_runner: {type: fake, delay_ms: 0}
+    merger: {type: fake}
+    scorer: {type: constant, probability: 0.9}
+    build_budget: 2
+    speculation: {retries: %d}
+"""
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+async def test_a_flaky_build_is_retried_and_lands_marked_flake_suspected(
+        database_url: str, tmp_path: Path) -> None:
+    (tmp_path / "queues.yaml").write_text(RETRY_QUEUE % 1)
+    async with serve(database_url, tmp_path) as server:
+        flaky = await server.land(change("flaky", files="x/a.py", fake="build-flaky"))
+        bad = await server.land(change("bad", files="y/b.py", fake="build-fail"))
+        assert await server.wait_terminal(flaky, timeout=30) == "landed"
+        assert await server.wait_terminal(bad, timeout=30) == "error"  # retried, still bad
+        history = await server.history(flaky)
+        builds = {e["metadata"]["attempt"]: e["metadata"]["build_status"] for e in history
+                  if e.get("event") == "building" and e["metadata"]["build_status"] in
+                  ("failed", "succeeded")}
+        assert builds == {1: "failed", 2: "succeeded"}, history
+        [flake] = [e for e in history if e.get("event") == "flake_suspected"]
+        assert flake["metadata"]["detail"].endswith(
+            "1 earlier attempt failed and attempt 2 passed: the failure is suspected flaky")
+        bad_builds = [e["metadata"]["attempt"] for e in await server.history(bad)
+                      if e.get("event") == "building"
+                      and e["metadata"]["build_status"] == "failed"]
+        assert sorted(bad_builds) == [1, 2]  # one retry, then the failure counts
+        assert not [e for e in await server.history(bad) if e.get("event") == "flake_suspected"]
+
+
+@pytest.mark.parametrize("database_url", BACKENDS[:1], indirect=True)
+async def test_without_retries_a_flaky_build_fails_its_change(
+        database_url: str, tmp_path: Path) -> None:
+    (tmp_path / "queues.yaml").write_text(RETRY_QUEUE % 0)
+    async with serve(database_url, tmp_path) as server:
+        flaky = await server.land(change("flaky", files="x/a.py", fake="build-flaky"))
+        assert await server.wait_terminal(flaky, timeout=30) == "error"
+
+
 HISTORY_QUEUE = """
 queues:
   - name: demo

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -114,6 +116,27 @@ def test_an_errored_build_gives_its_path_a_new_attempt_then_counts_as_failed() -
     cancelling = entry(p, PathStatus.CANCELLING)
     assert core.fold(cancelling, build(BuildStatus.ERRORED), True, 9).status \
         is PathStatus.CANCELLED
+
+
+def test_a_failed_build_is_retried_up_to_retries_and_spends_no_errored_attempt() -> None:
+    p = path(S, S)
+    building = entry(p, PathStatus.BUILDING)
+    assert core.fold(building, build(BuildStatus.FAILED), True, 1).status is PathStatus.FAILED
+    again = core.fold(building, build(BuildStatus.FAILED), True, 2, retries=2)
+    assert (again.status, again.attempt, again.retried) == (PathStatus.PENDING, 2, 1)
+    third = core.fold(replace(again, status=PathStatus.BUILDING), build(BuildStatus.FAILED),
+                      True, 3, retries=2)
+    assert (third.status, third.attempt, third.retried) == (PathStatus.PENDING, 3, 2)
+    done = core.fold(replace(third, status=PathStatus.BUILDING), build(BuildStatus.FAILED),
+                     True, 4, retries=2)
+    assert (done.status, done.attempt) == (PathStatus.FAILED, 3)
+    # retried attempts are not errored ones: the errored budget is intact
+    late = replace(third, status=PathStatus.BUILDING,
+                   attempt=core.MAX_BUILD_ATTEMPTS + third.retried - 1)
+    assert core.fold(late, build(BuildStatus.ERRORED), True, 5, retries=2).status \
+        is PathStatus.PENDING
+    assert core.fold(replace(late, attempt=late.attempt + 1), build(BuildStatus.ERRORED),
+                     True, 6, retries=2).status is PathStatus.FAILED
 
 
 def test_cancel_stops_live_paths_only() -> None:

@@ -67,6 +67,7 @@ def entries_to_json(entries: tuple[PathEntry, ...]) -> str:
             "status": e.status.value,
             "attempt": e.attempt,
             "rebuilds": e.rebuilds,
+            **({"retried": e.retried} if e.retried else {}),
             "created_at_ms": e.created_at_ms,
             "updated_at_ms": e.updated_at_ms,
         }
@@ -83,6 +84,7 @@ def entries_from_json(text: str) -> tuple[PathEntry, ...]:
             status=PathStatus(e["status"]),
             attempt=int(e["attempt"]),
             rebuilds=int(e.get("rebuilds", 0)),
+            retried=int(e.get("retried", 0)),
             created_at_ms=int(e.get("created_at_ms", 0)),
             updated_at_ms=int(e.get("updated_at_ms", 0)),
         )

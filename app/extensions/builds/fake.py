@@ -14,6 +14,7 @@ Tokens (``sq-fake=<token>``), read from every change of the request, base and he
 | ``build-error`` | ``status`` raises ``FakeConnectionError`` (retried, then dead-lettered) |
 | ``build-fail`` | the build finishes FAILED |
 | ``build-lost`` | a path's first attempt ends ERRORED (as if its runner died); later ones go on |
+| ``build-flaky`` | a path's first attempt ends FAILED (a flaky test); later ones go on |
 
 Precedence: ``trigger-error`` > ``build-error`` > ``build-fail``. The build takes the
 runner's ``delay_ms``, or the largest ``sq-build-ms=<n>`` among the head changes.
@@ -37,6 +38,7 @@ TRIGGER_ERROR = "trigger-error"
 BUILD_ERROR = "build-error"
 BUILD_FAIL = "build-fail"
 BUILD_LOST = "build-lost"
+BUILD_FLAKY = "build-flaky"
 
 _ID = re.compile(r"^fake-(?P<nonce>[0-9a-f]{12})-(?P<finish>[0-9]{1,16})-"
                  r"(?P<outcome>succeeded|failed|error|lost)$")
@@ -90,7 +92,7 @@ class FakeBuildRunner:
             outcome = "error"
         elif BUILD_LOST in tokens and request.attempt == 1:
             outcome = "lost"
-        elif BUILD_FAIL in tokens:
+        elif BUILD_FAIL in tokens or (BUILD_FLAKY in tokens and request.attempt == 1):
             outcome = "failed"
         else:
             outcome = "succeeded"
