@@ -56,6 +56,9 @@ class SpecConfig:
     # (T before the first ends); ``ewma``, the controller's own running mean
     # (``DURATION_WEIGHT`` per build, ``DEFAULT_MEAN_BUILD_MS`` before the first ends)
     mean_build: Literal["window", "ewma"] = "window"
+    # speculation.retries: a path whose build failed is built again (at once, in its own
+    # slot) up to this many times before the failure counts (the controller's core.fold)
+    retries: int = 0
 
 
 def bid(i: int) -> str:
@@ -83,6 +86,8 @@ class _Sim:
         self.plans = 0  # diagnostics: plans run, merges on coverage, paths they invalidated
         self.bypasses = 0
         self.rebuilds = 0
+        self.path_of: dict[str, SpeculationPath] = {}
+        self.retried: dict[str, int] = {}
 
     # -- events ----------------------------------------------------------------
     def run(self) -> Recorder:
@@ -120,6 +125,10 @@ class _Sim:
         b = self.running.pop(pid)
         self.recent.append(b.end - b.start)
         self.ewma += DURATION_WEIGHT * ((b.end - b.start) - self.ewma)
+        if not b.passed and self.retried.get(pid, 0) < self.cfg.retries:
+            self.retried[pid] = self.retried.get(pid, 0) + 1
+            self.start(self.path_of[pid], t)  # attempt + 1, the same slot
+            return
         self._set(pid, PathStatus.PASSED if b.passed else PathStatus.FAILED, t)
 
     def _set(self, pid: str, status: PathStatus, t: int) -> None:
@@ -191,6 +200,7 @@ class _Sim:
         self.running[path.id] = b
         self.build_of[path.id] = b
         self.head_of[path.id] = path.head
+        self.path_of[path.id] = path
         heapq.heappush(self.ends, (b.end, self.rec.started, path.id))
         es = self.entries.setdefault(path.head, [])
         for k, e in enumerate(es):

@@ -30,6 +30,7 @@ Strategies (``bench/_sim_baselines.py``, ``bench/_sim_speculate.py``):
 - ``default``: ours exactly as a queue with the shipped ``queues.yaml`` defaults runs
   it (constant scorer 0.9, sticky allocator, no coverage, build evidence, hedges above
   10 % only, timed hedges), its ``build_budget`` set to the point's CI capacity;
+- ``default+retry``: ``default`` with ``speculation: {retries: 1}``;
 - the peers (``bench/_sim_peers.py``): ``zuul``, ``bors``, ``mergify``,
   ``github-allgreen``, ``github-headgreen``, ``trunk``.
 
@@ -91,6 +92,9 @@ STRATEGIES: dict[str, Strategy] = {
     # hedge_by_time: true}, PlanInput's evidence, the controller's running mean build
     # time; build_budget = the point's budget (the CI's capacity)
     "default": _spec(SpecConfig(scorer="fixed", fixed_p=0.9, mean_build="ewma")),
+    # the same with speculation: {retries: 1} (a failed build is built once more)
+    "default+retry": _spec(SpecConfig(scorer="fixed", fixed_p=0.9, mean_build="ewma",
+                                      retries=1)),
     **PEERS,
 }
 
