@@ -1,7 +1,8 @@
 """A queue of pull requests end to end: the real app with a ``github`` queue in
 queues.yaml, the fake GitHub served on its own port, webhook deliveries signed and sent
-to the server. The pipeline reads each pull request through the API (fake builds, the
-noop merger: landing on GitHub is not built yet, docs/github.md)."""
+to the server. The pipeline reads each pull request through the API; the first tests
+use fake builds and the noop merger, the later ones the ``github_checks`` runner and
+the ``github`` merger (docs/github.md)."""
 
 from __future__ import annotations
 
