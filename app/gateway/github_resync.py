@@ -27,8 +27,7 @@ import logging
 
 from app.db.repos import request_log
 from app.domain.access import Principal, Scope
-from app.domain.change_uri import parse_change_uri
-from app.domain.errors import ValidationError
+from app.domain.checkrun import pull_heads
 from app.domain.github_config import GitHubConfig
 from app.domain.github_events import Intent
 from app.domain.github_resync import CANCELLABLE, PullNow, Queued, lost_cancel
@@ -123,17 +122,8 @@ class GitHubResync:
 def _queued(sqid: str, status: str, uris: tuple[str, ...], origin: str,
             gh: GitHubConfig) -> Queued | None:
     """The request as one pull request at one head of ``gh``'s repository, or None."""
-    if len(uris) != 1:
+    heads = pull_heads(uris, gh.host, gh.repository)
+    if len(uris) != 1 or len(heads) != 1:
         return None
-    try:
-        change = parse_change_uri(uris[0])
-    except ValidationError:
-        return None
-    if change.scheme != "github" or (change.host, change.repo) != (gh.host, gh.repository):
-        return None
-    parts = change.raw.partition("?")[0].split("/")
-    try:
-        number = int(parts[-2])
-    except (IndexError, ValueError):
-        return None
-    return Queued(sqid, number, parts[-1], status, origin)
+    number, head = heads[0]
+    return Queued(sqid, number, head, status, origin)
