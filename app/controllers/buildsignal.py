@@ -7,7 +7,7 @@ batches are still polled so their builds' ends are recorded.
 |---|---|---|
 | build terminal | at | replay the ``speculate`` wake-up of its status (same id; only this controller writes a build's status, so a crash between that write and the wake-up would otherwise strand the queue); ack |
 | build live, runner reports the same status and log URL | at | cancel it if unwanted; on a redelivery (attempt > 1: an earlier run failed or died, maybe between its write and its wake-up) replay the wake-up of that status (same id); hold and poll again |
-| build live, runner reports a new status, log URL or tested tree | before | in one transaction: conditional write of the status, URL, the runner's detail and tested base / commit / tree / changes, and log ``building`` (one per status reached, with the runner's detail and what it tests: base, commit, tree) and ``built`` on success for each member (and ``flake_suspected`` when the path's earlier attempts failed and were retried, ``speculation.retries``); then a ``speculate`` wake-up (id names build and status); hold unless terminal |
+| build live, runner reports a new status, log URL or tested tree | before | in one transaction: conditional write of the status, URL, the runner's detail and tested base / commit / tree / changes, and log ``building`` (one per status reached, with the runner's detail and what it tests: base, commit, tree) and ``built`` on success for each member (and ``flake_suspected`` when the path's earlier attempts failed and were built again: ``speculation.retries``, or a vindication by a dependent's passed build); then a ``speculate`` wake-up (id names build and status); hold unless terminal |
 | build missing | invalid | raise ``NotFound`` |
 
 *Unwanted*: the batch is halted, or its path entry is missing, cancelling, cancelled,
@@ -73,15 +73,18 @@ class BuildSignalController(StageController):
         return (entry is None or entry.attempt != build.attempt or linked != build.id
                 or entry.status in (PathStatus.CANCELLING, PathStatus.CANCELLED))
 
-    async def _retried(self, batch: Batch, build: Build) -> int:
-        """How many failed builds of this build's path were retried before it (0 for a
-        first attempt, read only then)."""
+    async def _retried(self, batch: Batch, build: Build) -> tuple[int, int]:
+        """How many failed builds of this build's path were built again before it: by
+        ``speculation.retries`` and by a vindication (``(0, 0)`` for a first attempt,
+        read only then)."""
         if build.attempt == 1:
-            return 0
+            return 0, 0
         async with self.deps.db.read() as s:
             sets = await spec_repo.path_sets(s, queue=batch.queue, heads=[batch.id])
         entry = sets[batch.id].get(build.path_id)
-        return entry.retried if entry is not None and entry.attempt == build.attempt else 0
+        if entry is None or entry.attempt != build.attempt:
+            return 0, 0
+        return entry.retried, entry.vindicated
 
     async def _record(self, batch: Batch, build: Build, report: BuildReport) -> None:
         status, url, detail = report.status, report.log_url, report.detail
@@ -100,12 +103,15 @@ class BuildSignalController(StageController):
         if status is BuildStatus.SUCCEEDED:
             entries += [event_log(batch.queue, m, "built", now=now, occurrence=build.id,
                                   metadata=md) for m in batch.contains]
-            flaky = await self._retried(batch, build)
+            retried, vindicated = await self._retried(batch, build)
+            flaky = retried + vindicated
             if flaky:
-                note = {**md, "retried": flaky, "detail": (
+                why = " (a build of a dependent that contained it had passed)" \
+                    if vindicated else ""
+                note = {**md, "retried": retried, "vindicated": vindicated, "detail": (
                     f"path {build.path_id[:10]}: {flaky} earlier attempt"
-                    f"{'s' if flaky != 1 else ''} failed and attempt {build.attempt} "
-                    "passed: the failure is suspected flaky")}
+                    f"{'s' if flaky != 1 else ''} failed{why} and attempt "
+                    f"{build.attempt} passed: the failure is suspected flaky")}
                 entries += [event_log(batch.queue, m, "flake_suspected", now=now,
                                       occurrence=build.id, metadata=note)
                             for m in batch.contains]

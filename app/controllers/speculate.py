@@ -33,7 +33,7 @@ The run, over every active batch (``created``/``speculating``/``merging``/``canc
 | ``created`` | admit (as above) |
 | ``cancelling`` | stop its live paths; when none is live, write ``cancelled`` and publish ``conclude`` |
 | ``speculating``, a path passed or building in an older trunk epoch (its build ran on a tip the target no longer has: it moved outside the queue) | refuted before the planner sees it: a new attempt (``pending``, attempt + 1; not an errored attempt, so it spends none of the errored-build budget), counted on the move's ``rebuilt`` in the plan's transaction; an epoch the batch's own merge started (the tip another batch landed, which its builds lacked) refutes that batch's paths alone |
-| ``speculating`` | the planner's verdict: **merge** on a passed path whose assumptions all came true, or on full coverage when the queue allows it (then each overtaken dependency gains the head as a dependency and its old paths are cancelled); **fail** when every dependency settled and every valid path failed (its text leads with the runner's ``no_ci_started`` detail when that ended each failed path's last build); else fund paths within the budget. A build that ended ``errored`` gives its path a new attempt (up to ``core.MAX_BUILD_ATTEMPTS``, ``core.fold``), and so does one that ended ``failed`` while the path was retried fewer than the queue's ``speculation.retries`` times |
+| ``speculating`` | the planner's verdict: **merge** on a passed path whose assumptions all came true, or on full coverage when the queue allows it (then each overtaken dependency gains the head as a dependency and its old paths are cancelled); **fail** when every dependency settled and every valid path failed (its text leads with the runner's ``no_ci_started`` detail when that ended each failed path's last build); else fund paths within the budget. A build that ended ``errored`` gives its path a new attempt (up to ``core.MAX_BUILD_ATTEMPTS``, ``core.fold``), and so does one that ended ``failed`` while the path was retried fewer than the queue's ``speculation.retries`` times; with ``speculation.vindication_depth`` N, a failed path that a passed path of one of the head's first N dependents contains (its tree holds the failed one's) is built once more, and a head whose paths all failed is not failed while such a containing path is still pending or building (``app/speculation/vindication.py``) |
 | ``merging`` | nothing (its outcome arrives through ``mergesignal``); its live paths hold budget |
 | any, the queue frozen with ``allow_builds`` false (``app/controllers/freeze.py``) | as above, but the planner gets no budget (it funds nothing new, cancels nothing to make room) and no build is dispatched, not even a retry of an errored one (pending entries wait, unlinked, and are dispatched by the first run after the freeze ends: the unfreeze wakes the queue, the ``freeze-thaw`` job wakes it when ``until`` or a window ends); running builds finish and are folded in |
 
@@ -103,7 +103,7 @@ from app.domain.messages import (
 from app.domain.removals import NO_CI_STARTED_PREFIX
 from app.domain.states import BatchState, BuildStatus, PathStatus
 from app.queue import Delivery
-from app.speculation import core
+from app.speculation import core, vindication
 from app.speculation.core import Resolution
 from app.speculation.planner import CoveragePolicy, Plan, PlanInput, plan
 
@@ -256,7 +256,8 @@ class SpeculateController:
             budget=0 if snap.builds_frozen else ext.build_budget,
             allocator=spec.allocator, coverage=coverage, now_ms=self.deps.now(),
             mean_build_ms=self._mean_build_ms.get(snap.queue, DEFAULT_MEAN_BUILD_MS),
-            min_probability=spec.min_probability, hedge_by_time=spec.hedge_by_time)
+            min_probability=spec.min_probability, hedge_by_time=spec.hedge_by_time,
+            vindication_depth=spec.vindication_depth)
         started = time.perf_counter()
         ok = False
         try:
@@ -308,8 +309,15 @@ class SpeculateController:
                 if core.outdated(e, build, epochs.of(h)):
                     es[i] = core.rebuild(e, now)
                     rebuilt += core.outdated(e, build, epochs.outside)  # an outside move's
-        return Snapshot(queue, batches, sets, entries, links, builds, plan_version,
+        snap = Snapshot(queue, batches, sets, entries, links, builds, plan_version,
                         epochs.outside, rebuilt)
+        depth = self.deps.extensions(queue).speculation.vindication_depth
+        if depth:  # a failed path a dependent's passed build cleared: built once more
+            snap.entries.update(vindication.vindicate(
+                [b.id for b in snap.active(BatchState.SPECULATING)],
+                {bid: b.dependencies for bid, b in batches.items()}, snap.entries,
+                snap.res(), depth, now))
+        return snap
 
     @staticmethod
     async def _passed_builds(s: AsyncSession, queue: str, sets: dict[str, PathSet],

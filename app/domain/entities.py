@@ -160,6 +160,7 @@ class PathEntry:
     updated_at_ms: int = 0
     rebuilds: int = 0  # new attempts because the target moved (they spend no build budget)
     retried: int = 0  # new attempts after a failed build (``speculation.retries``)
+    vindicated: int = 0  # new attempts after a failure a dependent's passed build cleared
 
     @property
     def id(self) -> str:

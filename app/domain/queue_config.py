@@ -288,6 +288,11 @@ class SpeculationConfig(_Cfg):
     failure counts (default 0; infrastructure errors never count against a change and
     are retried anyway, up to 5 attempts). A retry that passes lands the change and
     marks the earlier failure ``flake_suspected`` in the request's history.
+    ``vindication_depth``: a failure is suspect while one of the next N batches that
+    depend on the failed one has a build of a tree that contains it: the failed batch is
+    not removed while such a build runs, and when one passed, its failed path is built
+    once more (``flake_suspected``; it lands only if that build passes). 0 (the default)
+    turns it off; see ``app/speculation/vindication.py``.
     """
 
     allocator: Literal["sticky", "preempting"] = "sticky"
@@ -299,6 +304,7 @@ class SpeculationConfig(_Cfg):
     min_probability: float = Field(default=0.1, ge=0, lt=1)
     hedge_by_time: bool = True
     retries: int = Field(default=0, ge=0, le=5)
+    vindication_depth: int = Field(default=0, ge=0, le=10)
 
 
 class OutageKnobs(_Cfg):

@@ -19,11 +19,13 @@ invalidates every older path of the overtaken batch).
    cancel live paths that are invalid or broken (a settled dependency contradicts them);
    **merge** when a valid passed path is settled (:func:`core.decide`), cancelling the
    head's live siblings; **fail** when every dependency is settled and every valid,
-   unbroken path failed (at least one) - the head then counts as failed for its
-   dependents in the next pass; else, with a :class:`CoveragePolicy`, **merge on full
-   coverage** when it pays (see :mod:`app.speculation.coverage`): the decision lands the
-   head on today's trunk (the covering path where every unsettled dependency fails), each
-   overtaken batch gets the head appended to its dependencies and its paths invalidated.
+   unbroken path failed (at least one), unless a dependent's build that contains a
+   failed path still runs (``vindication_depth``, :mod:`app.speculation.vindication`) -
+   the head then counts as failed for its dependents in the next pass; else, with a
+   :class:`CoveragePolicy`, **merge on full coverage** when it pays (see
+   :mod:`app.speculation.coverage`): the decision lands the head on today's trunk (the
+   covering path where every unsettled dependency fails), each overtaken batch gets
+   the head appended to its dependencies and its paths invalidated.
    A merge resolves nothing (``merging`` is unresolved).
 2. **Fund**: probabilities are the scorer's, refined by build evidence
    (:mod:`app.speculation.evidence`; with ``hedge_by_time`` a dependency's less likely
@@ -52,7 +54,7 @@ from dataclasses import replace
 
 from app.domain.entities import Batch, PathEntry, SpeculationPath
 from app.domain.states import Assumption, BatchState, PathStatus
-from app.speculation import core
+from app.speculation import core, vindication
 from app.speculation.allocator import Proposal, allocate, live_slots
 from app.speculation.complements import complements
 from app.speculation.core import Resolution
@@ -144,11 +146,20 @@ class _Run:
             self._merge(Decision(head, "merge", path_id=verdict.path_id))
             return True
         if verdict.kind == "fail":
+            if self._suspect(head):
+                return False
             self.decided.add(head)
             self.res[head] = Resolution.FAILED
             self.decisions.append(Decision(head, "fail", reason=verdict.reason))
             return True
         return self.inp.coverage is not None and self._bypass(head, self.inp.coverage)
+
+    def _suspect(self, head: str) -> bool:
+        """A failure a dependent's running build may still clear waits for it."""
+        depth = self.inp.vindication_depth
+        return depth > 0 and vindication.pending(
+            head, [h.id for h in self.heads if h.id not in self.decided], self.deps,
+            self.entries, self.res, depth)
 
     def _merge(self, decision: Decision) -> None:
         self._cancel(decision.head, lambda e: e.id != decision.path_id)

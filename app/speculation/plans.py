@@ -36,6 +36,9 @@ class PlanInput:
     ``hedge_by_time``: discount hedges on a dependency whose own build reports soon
     (:func:`app.speculation.evidence.hedge_weights`; needs ``evidence``). Off by default;
     the simulator's best variants turn it on.
+    ``vindication_depth``: a head whose paths all failed is not failed while a path of
+    one of its first N dependents that contains a failed one is pending or building
+    (:func:`app.speculation.vindication.pending`; 0, the default: off).
     """
 
     batches: Mapping[str, Batch]
@@ -51,6 +54,7 @@ class PlanInput:
     min_probability: float = 0.0
     weigh_alternatives: bool = True
     hedge_by_time: bool = False
+    vindication_depth: int = 0
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.min_probability < 1.0:

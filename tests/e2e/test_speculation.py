@@ -126,6 +126,82 @@ async def test_without_retries_a_flaky_build_fails_its_change(
         assert await server.wait_terminal(flaky, timeout=30) == "error"
 
 
+
+VINDICATION_QUEUE = """
+queues:
+  - name: demo
+    change_provider: {type: fake}
+    conflict_analyzer: {type: pathoverlap, by: directory}
+    build_runner: {type: fake, delay_ms: 0}
+    merger: {type: fake}
+    scorer: {type: constant, probability: 0.9}
+    build_budget: 4
+    speculation: {vindication_depth: %d}
+"""
+
+
+def _builds(history: list[dict[str, object]]) -> dict[tuple[str, int], str]:
+    """(path id, attempt) -> the build's end status, from a request's history."""
+    out = {}
+    for e in history:
+        md = e.get("metadata")
+        if e.get("event") == "building" and isinstance(md, dict) and \
+                md["build_status"] in ("failed", "succeeded"):
+            out[(str(md["path_id"]), int(md["attempt"]))] = str(md["build_status"])
+    return out
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+async def test_a_failure_a_dependents_passed_build_contains_is_rebuilt_and_lands(
+        database_url: str, tmp_path: Path) -> None:
+    """``first`` fails its own first build (a flake: ``build-flaky-head``) while the build
+    of ``second`` on top of it still runs: with vindication it is not removed, the
+    dependent's build passes, ``first`` is built once more, passes and lands, and so does
+    ``second``. A truly bad change (``build-fail``) breaks its dependent's containing
+    build too: it is not rebuilt and is removed; its dependent lands without it."""
+    (tmp_path / "queues.yaml").write_text(VINDICATION_QUEUE % 2)
+    async with serve(database_url, tmp_path) as server:
+        first = await server.land(change("first", files="x/a.py", fake="build-flaky-head",
+                                         build_ms=1000))
+        second = await server.land(change("second", files="x/b.py", build_ms=2500))
+        bad = await server.land(change("bad", files="y/a.py", fake="build-fail",
+                                       build_ms=300))
+        after_bad = await server.land(change("after-bad", files="y/b.py", build_ms=1000))
+        assert await server.wait_terminal(first, timeout=30) == "landed"
+        assert await server.wait_terminal(second, timeout=30) == "landed"
+        assert await server.wait_terminal(bad, timeout=30) == "error"
+        assert await server.wait_terminal(after_bad, timeout=30) == "landed"
+
+        history = await server.history(first)
+        assert sorted(_builds(history).values()) == ["failed", "succeeded"], history
+        [(path, attempt)] = [k for k, v in _builds(history).items() if v == "succeeded"]
+        assert attempt == 2 and _builds(history)[(path, 1)] == "failed"  # the same path
+        [flake] = [e for e in history if e.get("event") == "flake_suspected"]
+        assert flake["metadata"]["vindicated"] == 1
+        assert "failed (a build of a dependent that contained it had passed) and attempt " \
+            "2 passed" in flake["metadata"]["detail"]
+        landed = {e["status"]: e["timestamp_ms"] for e in history if e["type"] == "status"}
+        second_landed = [e["timestamp_ms"] for e in await server.history(second)
+                         if e["type"] == "status" and e["status"] == "landed"]
+        assert landed["landed"] <= second_landed[0]
+
+        bad_history = await server.history(bad)
+        assert list(_builds(bad_history).values()) == ["failed"], bad_history  # no rebuild
+        assert not [e for e in bad_history if e.get("event") == "flake_suspected"]
+
+
+@pytest.mark.parametrize("database_url", BACKENDS[:1], indirect=True)
+async def test_without_vindication_the_same_flake_removes_the_change(
+        database_url: str, tmp_path: Path) -> None:
+    (tmp_path / "queues.yaml").write_text(VINDICATION_QUEUE % 0)
+    async with serve(database_url, tmp_path) as server:
+        first = await server.land(change("first", files="x/a.py", fake="build-flaky-head",
+                                         build_ms=1000))
+        second = await server.land(change("second", files="x/b.py", build_ms=2500))
+        assert await server.wait_terminal(first, timeout=30) == "error"
+        assert await server.wait_terminal(second, timeout=30) == "landed"
+
+
 HISTORY_QUEUE = """
 queues:
   - name: demo

@@ -68,6 +68,7 @@ def entries_to_json(entries: tuple[PathEntry, ...]) -> str:
             "attempt": e.attempt,
             "rebuilds": e.rebuilds,
             **({"retried": e.retried} if e.retried else {}),
+            **({"vindicated": e.vindicated} if e.vindicated else {}),
             "created_at_ms": e.created_at_ms,
             "updated_at_ms": e.updated_at_ms,
         }
@@ -85,6 +86,7 @@ def entries_from_json(text: str) -> tuple[PathEntry, ...]:
             attempt=int(e["attempt"]),
             rebuilds=int(e.get("rebuilds", 0)),
             retried=int(e.get("retried", 0)),
+            vindicated=int(e.get("vindicated", 0)),
             created_at_ms=int(e.get("created_at_ms", 0)),
             updated_at_ms=int(e.get("updated_at_ms", 0)),
         )

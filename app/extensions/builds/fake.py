@@ -15,6 +15,7 @@ Tokens (``sq-fake=<token>``), read from every change of the request, base and he
 | ``build-fail`` | the build finishes FAILED |
 | ``build-lost`` | a path's first attempt ends ERRORED (as if its runner died); later ones go on |
 | ``build-flaky`` | a path's first attempt ends FAILED (a flaky test); later ones go on |
+| ``build-flaky-head`` | like ``build-flaky``, but only in a path whose head carries it |
 
 Precedence: ``trigger-error`` > ``build-error`` > ``build-fail``. The build takes the
 runner's ``delay_ms``, or the largest ``sq-build-ms=<n>`` among the head changes.
@@ -39,6 +40,7 @@ BUILD_ERROR = "build-error"
 BUILD_FAIL = "build-fail"
 BUILD_LOST = "build-lost"
 BUILD_FLAKY = "build-flaky"
+BUILD_FLAKY_HEAD = "build-flaky-head"
 
 _ID = re.compile(r"^fake-(?P<nonce>[0-9a-f]{12})-(?P<finish>[0-9]{1,16})-"
                  r"(?P<outcome>succeeded|failed|error|lost)$")
@@ -88,15 +90,18 @@ class FakeBuildRunner:
         tokens: set[str] = set().union(*(c.fake_tokens for c in all_changes))
         if TRIGGER_ERROR in tokens:
             raise FakeConnectionError("fake build service refused the trigger")
+        heads = all_changes[len(request.base_changes):]
+        head_tokens: set[str] = set().union(*(c.fake_tokens for c in heads))
+        first = request.attempt == 1
         if BUILD_ERROR in tokens:
             outcome = "error"
-        elif BUILD_LOST in tokens and request.attempt == 1:
+        elif BUILD_LOST in tokens and first:
             outcome = "lost"
-        elif BUILD_FAIL in tokens or (BUILD_FLAKY in tokens and request.attempt == 1):
+        elif BUILD_FAIL in tokens or (first and (
+                BUILD_FLAKY in tokens or BUILD_FLAKY_HEAD in head_tokens)):
             outcome = "failed"
         else:
             outcome = "succeeded"
-        heads = all_changes[len(request.base_changes):]
         delays = [int(c.markers["sq-build-ms"]) for c in heads if "sq-build-ms" in c.markers]
         delay = max(delays) if delays else self.delay_ms
         return str(FakeBuildId(uuid.uuid4().hex[:12], self.clock() + delay, outcome))
