@@ -24,7 +24,7 @@ from typing import Literal
 from app.controllers.speculate import DEFAULT_MEAN_BUILD_MS, DURATION_WEIGHT
 from app.domain.entities import Batch, PathEntry, SpeculationPath
 from app.domain.states import BatchState, PathStatus
-from app.speculation import core
+from app.speculation import core, vindication
 from app.speculation.allocator import AllocatorName
 from app.speculation.coverage import CoveragePolicy
 from app.speculation.evidence import EvidencePolicy
@@ -59,6 +59,9 @@ class SpecConfig:
     # speculation.retries: a path whose build failed is built again (at once, in its own
     # slot) up to this many times before the failure counts (the controller's core.fold)
     retries: int = 0
+    # speculation.vindication_depth: a failed path that a passed path of one of its head's
+    # first N dependents contains is built once more (app/speculation/vindication.py)
+    vindication: int = 0
 
 
 def bid(i: int) -> str:
@@ -141,6 +144,8 @@ class _Sim:
     # -- planning --------------------------------------------------------------
     def step(self, t: int) -> None:
         for _ in range(10_000):
+            if self.cfg.vindication:
+                self.vindicate(t)
             p = plan(self.snapshot(t))
             self.plans += 1
             self.apply(p, t)
@@ -149,6 +154,19 @@ class _Sim:
             if not p.decisions and not p.cancels:
                 return
         raise RuntimeError(f"plans at t={t} never settled (cancel/fund loop)")
+
+    def vindicate(self, t: int) -> None:
+        """The controller's pre-plan step: reopened paths start building at once."""
+        deps = {h: b.dependencies for h, b in self.batches.items()}
+        res = {h: core.resolution(b.state) for h, b in self.batches.items()}
+        opened = vindication.vindicate(list(self.active), deps, self.entries, res,
+                                       self.cfg.vindication, t)
+        for head, es in opened.items():
+            before = {e.id: e.status for e in self.entries[head]}
+            self.entries[head] = es
+            for e in es:
+                if e.status is PathStatus.PENDING and before[e.id] is PathStatus.FAILED:
+                    self.start(e.path, t)
 
     def snapshot(self, t: int) -> PlanInput:
         batches = {h: self.batches[h] for h in self.active}
@@ -167,7 +185,8 @@ class _Sim:
                          evidence=EvidencePolicy() if cfg.evidence else None,
                          min_probability=cfg.min_probability,
                          weigh_alternatives=cfg.weigh_alternatives,
-                         hedge_by_time=cfg.hedge_by_time)
+                         hedge_by_time=cfg.hedge_by_time,
+                         vindication_depth=cfg.vindication)
 
     def apply(self, p: Plan, t: int) -> None:
         for head, es in p.entries.items():

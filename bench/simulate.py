@@ -31,6 +31,7 @@ Strategies (``bench/_sim_baselines.py``, ``bench/_sim_speculate.py``):
   it (constant scorer 0.9, sticky allocator, no coverage, build evidence, hedges above
   10 % only, timed hedges), its ``build_budget`` set to the point's CI capacity;
 - ``default+retry``: ``default`` with ``speculation: {retries: 1}``;
+- ``default+vindicate``: ``default`` with ``speculation: {vindication_depth: 1}``;
 - the peers (``bench/_sim_peers.py``): ``zuul``, ``bors``, ``mergify``,
   ``github-allgreen``, ``github-headgreen``, ``trunk``.
 
@@ -95,6 +96,10 @@ STRATEGIES: dict[str, Strategy] = {
     # the same with speculation: {retries: 1} (a failed build is built once more)
     "default+retry": _spec(SpecConfig(scorer="fixed", fixed_p=0.9, mean_build="ewma",
                                       retries=1)),
+    # the same with speculation: {vindication_depth: 1} (a failure a dependent's passed
+    # build contains is built once more; a failed head waits for such running builds)
+    "default+vindicate": _spec(SpecConfig(scorer="fixed", fixed_p=0.9, mean_build="ewma",
+                                          vindication=1)),
     **PEERS,
 }
 

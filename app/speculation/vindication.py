@@ -2,10 +2,12 @@
 
 A batch ``H`` has a path ``e`` whose build failed. A *dependent* of ``H`` is a batch
 behind it in queue order whose dependency list names ``H``. A dependent's path ``f``
-*contains* ``e`` when ``f`` assumes ``H`` lands and assumes lands every batch ``e``
-assumes lands, and none that ``e`` assumes fails: ``f``'s tree is ``e``'s tree with more
-changes on top. A passed ``f`` is evidence that ``e``'s failure was a flake (Trunk's
-"pending failure depth" and GitHub's HEADGREEN, on the speculation tree). Only the first
+*contains* ``e`` when ``f`` assumes ``H`` lands and contradicts none of ``e``'s
+assumptions on the batches both name: ``f``'s tree holds ``H``'s change on the same
+outcomes of what they share (a batch ``f`` does not conflict with is not in its tree,
+whatever ``e`` assumed of it). A passed ``f`` is evidence that ``e``'s failure was a
+flake (Trunk's "pending failure depth" and GitHub's HEADGREEN, on the speculation
+tree). Only the first
 ``depth`` dependents count (``speculation.vindication_depth``; 0 turns this off).
 
 | ``e`` (failed, valid, not contradicted) | a containing path of the first ``depth`` dependents | what happens |
@@ -54,10 +56,11 @@ def dependents(head: str, order: Sequence[str], deps: Mapping[str, Sequence[str]
 
 
 def contains(outer: SpeculationPath, inner: SpeculationPath) -> bool:
-    """``outer``'s tree holds ``inner``'s: its head and every batch it assumes lands."""
-    succeeds, _ = outer.sides
+    """``outer``'s tree holds ``inner``'s head, and the two agree on every batch both
+    name."""
+    succeeds, fails = outer.sides
     inner_succeeds, inner_fails = inner.sides
-    return inner.head in succeeds and inner_succeeds <= succeeds and \
+    return inner.head in succeeds and inner_succeeds.isdisjoint(fails) and \
         inner_fails.isdisjoint(succeeds)
 
 

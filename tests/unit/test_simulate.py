@@ -110,3 +110,19 @@ def test_a_strategy_that_lands_a_different_set_or_a_red_combination_is_reported(
     swapped = {**fine, "landed_set": sorted([*good[1:], bad]), "landed": len(good)}
     [problem] = simulate.check_point(wider, {"d": swapped})
     assert "(1 good evicted, 1 bad landed)" in problem
+
+
+def test_vindication_keeps_flaky_changes_a_plain_queue_evicts_and_lands_nothing_red() -> None:
+    """The same flaky workload (seed 1 of the flaky point): ``default`` evicts good
+    changes whose own build flaked; ``default+vindicate`` keeps most of them, because a
+    dependent's passed build that contained them cleared the failure and the rebuild
+    passed; neither lands a bad change or a red combination."""
+    point = replace(simulate.DEFAULT, p_flake=0.05)
+    rows, problems, _ = simulate.simulate([point], ["default", "default+vindicate"], jobs=1)
+    by = {r["strategy"]: r for r in rows[0]}
+    plain, vindicated = by["default"], by["default+vindicate"]
+    assert plain["good_evicted"] >= 5  # the flakes are there to be cleared
+    assert vindicated["good_evicted"] * 3 <= plain["good_evicted"]
+    for r in (plain, vindicated):
+        assert r["red_landings"] == 0 and r["bad_landed"] == 0
+    assert len(problems) == 2 and all("0 bad landed" in p for p in problems)  # evictions only

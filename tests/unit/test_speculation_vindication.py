@@ -48,7 +48,7 @@ def test_dependents_are_the_first_n_behind_that_name_the_head() -> None:
     assert vindication.dependents("a", ORDER, DEPS, 0) == []
 
 
-def test_a_path_contains_another_when_its_tree_holds_the_head_and_its_assumptions() -> None:
+def test_a_path_contains_another_when_it_holds_the_head_and_agrees_on_what_both_name() -> None:
     b_on_a = path("b", a=S)
     assert vindication.contains(b_on_a, A)
     assert not vindication.contains(path("b", a=F), A)  # built without a
@@ -56,6 +56,7 @@ def test_a_path_contains_another_when_its_tree_holds_the_head_and_its_assumption
     assert vindication.contains(c_on_both, path("b", a=S))
     assert not vindication.contains(c_on_both, path("b", a=F))  # b's tree lacks a; c's has it
     assert not vindication.contains(path("c", a=F, b=S), path("b", a=S))
+    assert vindication.contains(path("c", b=S), path("b", a=S))  # c does not conflict with a
 
 
 def test_a_passed_containing_path_opens_the_failure_for_one_more_attempt() -> None:
