@@ -26,12 +26,12 @@ from app.db.repos import circuits as circuit_repo
 from app.db.repos import epochs as epoch_repo
 from app.db.repos import request_log as log_repo
 from app.db.repos import views as view_repo
-from app.domain.entities import Batch, RequestSummary
+from app.domain.entities import Batch, RequestLog, RequestSummary
 from app.domain.freeze import FreezeWindowConfig
 from app.domain.ids import request_id, request_number
 from app.domain.outages import waiting_text
 from app.domain.queue_config import QueueConfig
-from app.domain.states import Assumption, BatchState, PublicStatus
+from app.domain.states import Assumption, BatchState, LogType, PublicStatus
 from app.speculation import core
 from app.speculation.generator import Generator
 from app.views import explain, logtail
@@ -48,6 +48,7 @@ from app.views.schemas import (
     BuildOut,
     DependencyOut,
     EvidenceOut,
+    FlakeOut,
     ForecastOut,
     HealthOut,
     LogExcerptOut,
@@ -340,8 +341,16 @@ async def request_view(rt: ViewRuntime, queue: str, n: int, timings: TimingCache
         cancellable=summary.status not in TERMINAL
         and summary.status != PublicStatus.CANCELLING.value,
         timing=timing_out(state), now_ms=state.now_ms, outages=outages,
-        freeze=freeze,
+        freeze=freeze, flakes=flakes(history),
     )
+
+
+def flakes(history: Sequence[RequestLog]) -> list[FlakeOut]:
+    """The ``flake_suspected`` events of a history, oldest first."""
+    return [FlakeOut(at_ms=e.timestamp_ms, build_id=str(e.metadata.get("build_id", "")),
+                     path_id=str(e.metadata.get("path_id", "")),
+                     detail=str(e.metadata.get("detail", "")))
+            for e in history if e.type is LogType.EVENT and e.event == "flake_suspected"]
 
 
 async def _removal_out(rt: ViewRuntime, removal: trail_mod.Removal,

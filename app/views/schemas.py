@@ -325,6 +325,15 @@ class RemovalOut(BaseModel):
         "of ours kept (None for builds without a stored log, e.g. external CI)."))
 
 
+class FlakeOut(BaseModel):
+    at_ms: int
+    build_id: str = Field(description="The build that passed after the failure.")
+    path_id: str
+    detail: str = Field(description=(
+        "In words: how many earlier attempts failed and why the path was built again "
+        "(speculation.retries, or a dependent's passed build that contained it)."))
+
+
 class RequestViewOut(BaseModel):
     request: RequestRowOut
     trail: list[StageOut]
@@ -339,6 +348,9 @@ class RequestViewOut(BaseModel):
         "Open circuits this live request waits on (empty once it is terminal)."))
     freeze: FreezeView = Field(default_factory=FreezeView, description=(
         "Its queue's freeze in effect (docs/freeze.md): it lands nothing while frozen."))
+    flakes: list[FlakeOut] = Field(default=[], description=(
+        "Build failures suspected flaky (``flake_suspected`` in its history): a later "
+        "attempt of the same path passed."))
 
 
 class SearchHitOut(BaseModel):

@@ -108,3 +108,13 @@ export function stallBanner(stall) {
   return h("div", { class: "health", role: "status", dataset: { health: "stalled" } },
     h("p", {}, h("span", { class: "badge badge-stalled" }, "stalled"), " ", stall.text));
 }
+
+/** A note for build failures the queue suspects were flaky (the view's ``flakes``). */
+export function flakeNote(flakes) {
+  if (!flakes || !flakes.length) return null;
+  return h("div", { class: "flake-note", role: "note" },
+    h("p", {}, h("span", { class: "badge badge-flake" }, "suspected flaky build"), " ",
+      "A build of this change failed and the same combination passed when it was built "
+      + "again; only a passed build of exactly what the target holds lets it land."),
+    h("ul", {}, flakes.map((f) => h("li", { class: "flake-detail" }, f.detail))));
+}

@@ -6,7 +6,7 @@ import {
   unknownQueue,
 } from "./lib.js";
 import {
-  dependencyList, freezeBanner, healthBanner, outageBanner, pathsTable,
+  dependencyList, flakeNote, freezeBanner, healthBanner, outageBanner, pathsTable,
 } from "./render.js";
 import { initSearch } from "./search.js";
 import { onPrincipal, openSignIn, principal, whyNoCancel } from "./signin.js";
@@ -80,7 +80,7 @@ function renderNext(view) {
     fill($("next-h"), "Landed");
     const commits = r.landed_commits || [];
     fill(box, h("p", {}, `Landed ${duration(r.duration_ms)} after it was submitted.`),
-      commits.length ? h("div", { class: "landed-commits" },
+      flakeNote(view.flakes), commits.length ? h("div", { class: "landed-commits" },
         h("p", {}, commits.length === 1 ? "Landed as commit" : "Landed as commits"),
         h("ol", { id: "landed-commits" }, commits.map((c, i) => h("li", {},
           h("code", { class: "sha", title: r.change_uris[i] || "" }, c))))) : null);
@@ -89,6 +89,7 @@ function renderNext(view) {
   fill($("next-h"), "What happens next");
   const f = r.forecast;
   fill(box, freezeBanner(view.freeze), outageBanner(view.outages), healthBanner(r.health),
+    flakeNote(view.flakes),
     h("dl", { class: "facts" },
     h("div", {}, h("dt", {}, "Chance to land"),
       h("dd", { class: "p-land" }, f ? percent(f.p_land) : "unknown")),
