@@ -13,19 +13,12 @@ import pytest_asyncio
 
 from tests.browser.conftest import PLAYWRIGHT_MISSING
 from tests.e2e.harness import Server, change, serve
+from tests.e2e.test_speculation import RETRY_QUEUE
 
 expect = pytest.importorskip("playwright.async_api", reason=PLAYWRIGHT_MISSING).expect
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.timeout(90)]
 
-QUEUES = """
-queues:
-  - name: demo
-    change_provider: {type: fake}
-    build_runner: {type: fake, delay_ms: 0}
-    merger: {type: fake}
-    scorer: {type: constant, probability: 0.9}
-    speculation: {retries: 1}
-"""
+QUEUES = RETRY_QUEUE % 1
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")

@@ -81,16 +81,23 @@ async def test_a_lost_build_is_retried_as_a_new_attempt_and_the_change_lands(
         assert len({md["path_id"] for md in builds}) == 1  # the same path, built again
 
 
-RETRY_QUEUE = """
+def fake_queue(speculation: str, *, budget: int, by_directory: bool = False) -> str:
+    """A ``demo`` queue on fakes with a constant scorer and the given speculation block."""
+    analyzer = "\n    conflict_analyzer: {type: pathoverlap, by: directory}" if by_directory \
+        else ""
+    return f"""
 queues:
   - name: demo
-    change_provider: {type: fake}
-    build_runner: {type: fake, delay_ms: 0}
-    merger: {type: fake}
-    scorer: {type: constant, probability: 0.9}
-    build_budget: 2
-    speculation: {retries: %d}
+    change_provider: {{type: fake}}{analyzer}
+    build_runner: {{type: fake, delay_ms: 0}}
+    merger: {{type: fake}}
+    scorer: {{type: constant, probability: 0.9}}
+    build_budget: {budget}
+    speculation: {speculation}
 """
+
+
+RETRY_QUEUE = fake_queue("{retries: %d}", budget=2)
 
 
 @pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
@@ -127,17 +134,7 @@ async def test_without_retries_a_flaky_build_fails_its_change(
 
 
 
-VINDICATION_QUEUE = """
-queues:
-  - name: demo
-    change_provider: {type: fake}
-    conflict_analyzer: {type: pathoverlap, by: directory}
-    build_runner: {type: fake, delay_ms: 0}
-    merger: {type: fake}
-    scorer: {type: constant, probability: 0.9}
-    build_budget: 4
-    speculation: {vindication_depth: %d}
-"""
+VINDICATION_QUEUE = fake_queue("{vindication_depth: %d}", budget=4, by_directory=True)
 
 
 def _builds(history: list[dict[str, object]]) -> dict[tuple[str, int], str]:
