@@ -7,8 +7,8 @@ assumptions on the batches both name: ``f``'s tree holds ``H``'s change on the s
 outcomes of what they share (a batch ``f`` does not conflict with is not in its tree,
 whatever ``e`` assumed of it). A passed ``f`` is evidence that ``e``'s failure was a
 flake (Trunk's "pending failure depth" and GitHub's HEADGREEN, on the speculation
-tree). Only the first
-``depth`` dependents count (``speculation.vindication_depth``; 0 turns this off).
+tree). Only the first ``depth`` dependents count (``speculation.vindication_depth``; 0
+turns this off).
 
 | ``e`` (failed, valid, not contradicted) | a containing path of the first ``depth`` dependents | what happens |
 |---|---|---|
@@ -36,6 +36,7 @@ from app.speculation.core import Resolution
 __all__ = ["contains", "dependents", "pending", "vindicate"]
 
 MAX_VINDICATIONS = 1  # per path
+_EVIDENCE = (PathStatus.PASSED, PathStatus.PENDING, PathStatus.BUILDING)
 
 
 def dependents(head: str, order: Sequence[str], deps: Mapping[str, Sequence[str]],
@@ -81,11 +82,11 @@ def _evidence(e: PathEntry, behind: Sequence[str],
     live = False
     for d in behind:
         for f in entries.get(d, ()):
-            if f.status is PathStatus.PASSED and contains(f.path, e.path):
+            if f.status not in _EVIDENCE or not contains(f.path, e.path):
+                continue
+            if f.status is PathStatus.PASSED:
                 return PathStatus.PASSED
-            if f.status in (PathStatus.PENDING, PathStatus.BUILDING) and \
-                    contains(f.path, e.path):
-                live = True
+            live = True
     return PathStatus.PENDING if live else None
 
 
