@@ -38,9 +38,10 @@ from app.db.memo import Memo
 from app.db.repos import batches as batch_repo
 from app.db.repos import changes as change_repo
 from app.db.repos import requests as request_repo
+from app.domain import batching
 from app.domain.entities import Batch, ChangeDetails, RequestLog
 from app.domain.messages import SPECULATE, EntityMsg
-from app.domain.states import BatchState, RequestState
+from app.domain.states import BatchState, Priority, RequestState
 from app.extensions.base import BatchChanges
 from app.queue import Delivery
 from app.speculation.priority import place
@@ -50,6 +51,7 @@ log = logging.getLogger("submitqueue.controllers")
 IN_FLIGHT = (BatchState.CREATED, BatchState.SPECULATING, BatchState.MERGING)
 # Past ``created`` but still live: the ``batched`` logs may never have been published.
 REPLAY_ONLY = (BatchState.SPECULATING, BatchState.MERGING, BatchState.CANCELLING)
+FORMING_RECHECK_MS = 250  # a batch waiting for more requests looks again this often
 
 
 class DependencyAnalysisController(StageController):
@@ -71,6 +73,10 @@ class DependencyAnalysisController(StageController):
         async with self.deps.db.read() as s:
             batch = await batch_repo.get(s, queue=msg.queue, id=msg.id)
         if batch.state is BatchState.CREATING:
+            wait = await self._forming(batch)
+            if wait:
+                delivery.hold(wait)
+                return
             enrolled = await self._enrol(batch)
             if enrolled is not None:  # its logs went out with the write
                 await self._wake(enrolled)
@@ -87,10 +93,31 @@ class DependencyAnalysisController(StageController):
         await self.deps.publish(SPECULATE, EntityMsg(id=batch.id, queue=batch.queue),
                                 message_id=batch.id)
 
+    async def _forming(self, batch: Batch) -> int:
+        """How long a batch of new requests still waits for more (0: close it now)."""
+        cfg = self.deps.extensions(batch.queue).batching
+        left = batch.created_at_ms + cfg.max_wait_ms - self.deps.now()
+        if cfg.max_size <= 1 or left <= 0 or batch.priority is not Priority.NORMAL:
+            return 0
+        async with self.deps.db.read() as s:
+            if await batch_repo.newer_creating(s, queue=batch.queue, than=batch.id):
+                return 0  # a later batch exists: this one stops taking requests
+            recent = await batch_repo.recent_outcomes(
+                s, queue=batch.queue, limit=batching.RECENT_OUTCOMES) if cfg.adaptive else []
+            causes = await batch_repo.causes_of(s, queue=batch.queue, batch_id=batch.id,
+                                                request_ids=batch.contains)
+        full = len(batch.contains) >= batching.window(
+            cfg.max_size, adaptive=cfg.adaptive, recent=recent)
+        if full or any(batching.parent_of(batch.queue, c) for c in causes):
+            return 0
+        return min(left, FORMING_RECHECK_MS)
+
     async def _enrol(self, batch: Batch) -> Batch | None:
         q = batch.queue
         async with self.deps.db.read() as s:
             members = await request_repo.get_many(s, queue=q, ids=batch.contains)
+            causes = await batch_repo.causes_of(s, queue=q, batch_id=batch.id,
+                                                request_ids=batch.contains)
             # Every batch already in flight is ahead of this one in the queue.
             batch_memo, details_memo = self._memos(q)
             in_flight = await batch_repo.list_by_states(s, queue=q, states=IN_FLIGHT,
@@ -99,11 +126,17 @@ class DependencyAnalysisController(StageController):
                 s, queue=q, request_ids=[*batch.contains, *(m for b in in_flight
                                                             for m in b.contains)],
                 memo=details_memo)
-        if any(members.get(m) is None or members[m].state is not RequestState.VALIDATED
-               for m in batch.contains):
-            log.info("batch abandoned: a member is no longer validated",
+        # A bisection part's members are ``batched`` already (by the failed batch).
+        part = any(batching.parent_of(q, c) for c in causes)
+        ready = RequestState.BATCHED if part else RequestState.VALIDATED
+        live = tuple(m for m in batch.contains
+                     if members.get(m) is not None and members[m].state is ready)
+        if not live:
+            log.info("batch abandoned: no member is %s any more", ready.value,
                      extra={"batch_id": batch.id})
             return None
+        dropped = [m for m in batch.contains if m not in live]
+        batch = replace(batch, contains=live)
 
         def files(b: Batch) -> BatchChanges:
             return BatchChanges(b.id, tuple(f.path for m in b.contains
@@ -117,6 +150,8 @@ class DependencyAnalysisController(StageController):
         created = replace(batch, state=BatchState.CREATED, dependencies=deps,
                           overtakes=overtakes, version=batch.version + 1, updated_at_ms=now)
         async with self.deps.transaction() as (s, outbox):
+            for m in dropped:  # halted since it joined (a cancel): it leaves the batch
+                await batch_repo.leave(s, queue=q, batch_id=batch.id, request_id=m)
             for m in batch.contains:
                 old = members[m]
                 await request_repo.update(s, old=old, new=replace(

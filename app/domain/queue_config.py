@@ -307,6 +307,23 @@ class SpeculationConfig(_Cfg):
     vindication_depth: int = Field(default=0, ge=0, le=10)
 
 
+class BatchingConfig(_Cfg):
+    """How many validated requests one batch takes (``app/domain/batching.py``).
+
+    ``max_size``: at most this many requests of one strategy per batch (1, the default,
+    keeps one request per batch). ``max_wait_ms``: a batch that is not full waits at most
+    this long after its first request for more (0: it closes at once, so only requests
+    that arrive while it is still being analysed join). ``adaptive``: the size limit
+    follows an AIMD rule over the queue's last 20 concluded batches (+1 per landing,
+    halved per failure). A failed batch of several requests is bisected, never failed
+    as a whole; ``high`` and ``hotfix`` requests are never batched with others.
+    """
+
+    max_size: int = Field(default=1, ge=1, le=64)
+    max_wait_ms: int = Field(default=0, ge=0, le=600_000)
+    adaptive: bool = False
+
+
 class OutageKnobs(_Cfg):
     """Overrides of the process-wide outage settings (``SQ_OUTAGE_*``); unset = inherit."""
 
@@ -344,6 +361,7 @@ class QueueConfig(_Cfg):
     conflict_analyzer: ConflictAnalyzerConfig = ConflictAnalyzerConfig()
     scorer: ScorerConfig = ScorerConfig()
     speculation: SpeculationConfig = SpeculationConfig()
+    batching: BatchingConfig = BatchingConfig()
     outages: OutagesConfig = OutagesConfig()
     quotas: QuotasConfig = QuotasConfig()
     # actors (token labels) who may land with priority hotfix, besides the admin token

@@ -17,7 +17,7 @@ from app.domain.build_run import BuildRun, TestedTree
 from app.domain.checkrun import CheckFacts
 from app.domain.entities import ChangeDetails
 from app.domain.errors import ChangeRejected as ChangeRejected  # re-exported
-from app.domain.queue_config import SpeculationConfig
+from app.domain.queue_config import BatchingConfig, SpeculationConfig
 from app.domain.states import BuildStatus, LandStrategy
 from app.extensions.notify.webhook import WebhookSink
 
@@ -274,5 +274,6 @@ class QueueExtensions:
     scorer: Scorer
     build_budget: int
     speculation: SpeculationConfig = field(default_factory=SpeculationConfig)
+    batching: BatchingConfig = field(default_factory=BatchingConfig)
     notify: tuple[WebhookSink, ...] = ()  # the queue's notify: endpoints
     github_check: CheckPublisher | None = None  # a GitHub queue's SubmitQueue check-run

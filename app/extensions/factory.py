@@ -367,6 +367,7 @@ def build_extensions(config: QueueConfig,
         scorer=scorer_factory(config.scorer),
         build_budget=config.build_budget,
         speculation=config.speculation,
+        batching=config.batching,
         notify=_notify(config, public_url),
         github_check=_github_check(config),
     )

@@ -69,6 +69,7 @@ from typing import Any
 
 from pydantic import ValidationError as PydanticValidationError
 
+from app.controllers import bisect
 from app.controllers.common import Deps, load_request, repair_terminal, terminate_request, unique_id
 from app.db.engine import Database
 from app.db.repos import batches as batch_repo
@@ -387,8 +388,12 @@ async def _wake(deps: Deps, batch: Batch) -> None:
 
 async def _fan_out(deps: Deps, batch: Batch, target: RequestState) -> None:
     """Each member's terminal state, with the terminal log ``conclude`` writes: the
-    batch's reason, and for ``landed`` the member's commits."""
+    batch's reason, and for ``landed`` the member's commits. Members that went on in
+    bisection parts of a failed batch are left to their parts."""
+    parted = await bisect.parted(deps, batch) if batch.state is BatchState.FAILED else set()
     for sqid in batch.contains:
+        if sqid in parted:
+            continue
         metadata: dict[str, Any] = {"batch_id": batch.id}
         if batch.state is BatchState.SUCCEEDED:
             metadata["commits"] = list(batch.landed.get(sqid, ()))

@@ -144,3 +144,57 @@ async def claim(
     if winner is None:  # cannot happen: the conflicting row is committed
         raise AssertionError(f"claim of {request_id} ({cause}) conflicted but is missing")
     return winner
+
+
+async def join(session: AsyncSession, *, old: Batch, new: Batch, request_id: str,
+               now_ms: int) -> None:
+    """Add ``request_id`` to a ``creating`` batch: conditional on ``old``'s version
+    (``VersionMismatch`` once dependency analysis moved it on), with its association."""
+    await update(session, old=old, new=new, now_ms=now_ms)
+    await session.execute(insert_ignore(session, rb).values(
+        queue=old.queue, request_id=request_id, batch_id=old.id))
+
+
+async def newest_creating(session: AsyncSession, *, queue: str) -> Batch | None:
+    """The queue's newest ``creating`` batch (the one new requests may join)."""
+    rows = await session.execute(sa.select(t).where(
+        t.c.queue == queue, t.c.state == BatchState.CREATING.value))
+    found = sorted((batch_from_row(r) for r in rows), key=lambda b: batch_number(b.id))
+    return found[-1] if found else None
+
+
+async def newer_creating(session: AsyncSession, *, queue: str, than: str) -> bool:
+    """Whether a ``creating`` batch newer than ``than`` exists in the queue."""
+    rows = await session.execute(sa.select(t.c.id).where(
+        t.c.queue == queue, t.c.state == BatchState.CREATING.value))
+    n = batch_number(than)
+    return any(batch_number(r.id) > n for r in rows)
+
+
+async def causes_of(session: AsyncSession, *, queue: str, batch_id: str,
+                    request_ids: Iterable[str]) -> list[str]:
+    """The claim causes with which ``request_ids`` minted or joined ``batch_id``
+    (read by the claims' key: the requests)."""
+    wanted = sorted(set(request_ids))
+    if not wanted:
+        return []
+    rows = await session.execute(sa.select(bc.c.cause).where(
+        bc.c.queue == queue, bc.c.request_id.in_(wanted), bc.c.batch_id == batch_id))
+    return sorted({r.cause for r in rows})
+
+
+async def recent_outcomes(session: AsyncSession, *, queue: str, limit: int) -> list[bool]:
+    """Whether each of the queue's ``limit`` most recently concluded batches landed
+    (succeeded vs failed; cancelled ones are left out), oldest first."""
+    rows = (await session.execute(
+        sa.select(t.c.state).where(
+            t.c.queue == queue,
+            t.c.state.in_([BatchState.SUCCEEDED.value, BatchState.FAILED.value]))
+        .order_by(t.c.updated_at_ms.desc(), t.c.id.desc()).limit(limit))).all()
+    return [r.state == BatchState.SUCCEEDED.value for r in reversed(rows)]
+
+
+async def leave(session: AsyncSession, *, queue: str, batch_id: str, request_id: str) -> None:
+    """Drop the association of a request that left a ``creating`` batch."""
+    await session.execute(sa.delete(rb).where(
+        rb.c.queue == queue, rb.c.batch_id == batch_id, rb.c.request_id == request_id))

@@ -1,0 +1,127 @@
+"""Bisection of a failed batch of several requests (``app/domain/batching.py``), run by
+``conclude``, which owns a terminal batch's members.
+
+| Loaded state | Relative to checkpoint | Action |
+|---|---|---|
+| batch ``failed``, 2+ members ``batched``, no part claimed | before | in one transaction: split the ``batched`` members into parts (``max(2, build_budget // 2)`` ways), mint each part ``<queue>/batch/<n>`` ``creating`` in order with a claim per member (cause ``split:<failed batch's number>``), log ``batching`` per member (metadata ``split_from``, the failure, which part), publish ``dependency_analysis`` per part (the outbox) |
+| batch ``cancelled`` of several members, some ``batched`` (not cancelled) | before | the same with one part of those members (a cancel is not their verdict) |
+| the parts claimed already (found in that transaction) | at | create nothing; replay the logs and hand-offs of the claimed parts (same ids) |
+| a member ``cancelling`` | - | not split: ``conclude`` ends it ``cancelled`` |
+
+A part is analysed like a new batch, in the order the parts were minted, so it depends
+on the earlier parts it conflicts with and is built on top of them. Its members stay
+``batched`` throughout (dependency analysis accepts ``batched`` members of a part and
+bumps their versions, which fences a concurrent cancel). A part of one member that
+fails ends that member ``error`` with the failure and the bisection that isolated it
+(``culprit_reason``).
+"""  # noqa: E501 - state tables read best unwrapped
+
+from __future__ import annotations
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.controllers.common import Deps, Dispatch, log_items, status_log
+from app.db.repos import batches as batch_repo
+from app.db.repos.counters import next_number
+from app.domain import batching
+from app.domain.entities import Batch, LandRequest
+from app.domain.errors import VersionMismatch
+from app.domain.ids import batch_id
+from app.domain.messages import DEPENDENCY_ANALYSIS, EntityMsg
+from app.domain.states import BatchState, RequestState
+
+
+def splittable(batch: Batch, members: dict[str, LandRequest]) -> list[str]:
+    """The members of ``batch`` that go on in parts (empty: conclude ends them all)."""
+    live = [m for m in batch.contains
+            if m in members and members[m].state is RequestState.BATCHED]
+    if batch.state is BatchState.FAILED and len(live) >= 2:
+        return live
+    if batch.state is BatchState.CANCELLED and len(batch.contains) > 1:
+        return live
+    return []
+
+
+async def split(deps: Deps, batch: Batch, members: dict[str, LandRequest]) -> set[str]:
+    """The members of ``batch`` that went on in parts: minted now (``splittable``), or
+    found claimed by an earlier run (a replay, whatever they became since); each
+    part's logs and hand-off are (re)published."""
+    cause = batching.split_cause(batch.id)
+    async with deps.transaction() as (s, outbox):
+        parts = await _claimed_parts(s, batch, cause)
+        if not parts:
+            live = splittable(batch, members)
+            if not live:
+                return set()
+            if batch.state is BatchState.FAILED:
+                ways = max(2, deps.extensions(batch.queue).build_budget // 2)
+                groups = batching.split(live, ways=ways)
+            else:
+                groups = [tuple(live)]
+            parts = [await _mint(deps, s, batch, g, cause) for g in groups]
+        for i, part in enumerate(parts, start=1):
+            await outbox.publish_many(_announce(batch, part, i, len(parts)))
+    return {m for p in parts for m in p.contains}
+
+
+async def parted(deps: Deps, batch: Batch) -> set[str]:
+    """The members of ``batch`` that went on in parts of it (a repair that ends the
+    members of a failed batch leaves these alone: their parts decide them)."""
+    async with deps.db.read() as s:
+        parts = await _claimed_parts(s, batch, batching.split_cause(batch.id))
+    return {m for p in parts for m in p.contains}
+
+
+async def _claimed_parts(s: AsyncSession, batch: Batch, cause: str) -> list[Batch]:
+    ids: list[str] = []
+    for m in batch.contains:
+        bid = await batch_repo.claimed(s, queue=batch.queue, request_id=m, cause=cause)
+        if bid is not None and bid not in ids:
+            ids.append(bid)
+    found = await batch_repo.get_many(s, queue=batch.queue, ids=ids)
+    return [found[b] for b in ids if b in found]
+
+
+async def _mint(deps: Deps, s: AsyncSession, batch: Batch, group: tuple[str, ...],
+                cause: str) -> Batch:
+    now = deps.now()
+    part = Batch(
+        queue=batch.queue, id=batch_id(batch.queue, await next_number(
+            s, queue=batch.queue, domain="batch")),
+        contains=group, dependencies=(), state=BatchState.CREATING, version=1,
+        created_at_ms=now, updated_at_ms=now, priority=batch.priority)
+    for m in group:
+        won = await batch_repo.claim(s, queue=batch.queue, request_id=m, cause=cause,
+                                     batch_id=part.id, now_ms=now)
+        if won != part.id:  # a concurrent run claimed first: its transaction won
+            raise VersionMismatch(f"a part of {batch.id} was claimed concurrently")
+    await batch_repo.create(s, batch=part, now_ms=now)
+    return part
+
+
+def _announce(failed: Batch, part: Batch, i: int, n: int) -> list[Dispatch]:
+    why = ("it was cancelled for another member" if failed.state is BatchState.CANCELLED
+           else f"it failed: {failed.failure_reason}" if failed.failure_reason else "it failed")
+    md = {"batch_id": part.id, "split_from": failed.id, "part": i, "parts": n,
+          "reason": f"batch {failed.id} of {len(failed.contains)} requests did not land "
+                    f"({why}); its requests are tried again in {n} "
+                    f"part{'s' if n != 1 else ''}, this is part {i}"}
+    return [*log_items([status_log(part.queue, m, "batching", now=part.created_at_ms,
+                                   metadata=md, occurrence=part.id)
+                        for m in part.contains]),
+            (DEPENDENCY_ANALYSIS, EntityMsg(id=part.id, queue=part.queue), part.id)]
+
+
+async def culprit_reason(deps: Deps, batch: Batch, reason: str) -> str:
+    """``reason`` for the one member of a failed part, naming the bisection."""
+    if len(batch.contains) != 1:
+        return reason
+    async with deps.db.read() as s:
+        causes = await batch_repo.causes_of(s, queue=batch.queue, batch_id=batch.id,
+                                            request_ids=batch.contains)
+        parents = [p for c in causes if (p := batching.parent_of(batch.queue, c))]
+        if not parents:
+            return reason
+        parent = await batch_repo.get(s, queue=batch.queue, id=parents[0])
+    return (f"{reason} (isolated by bisecting batch {parent.id} of "
+            f"{len(parent.contains)} requests: this change failed on its own)")
