@@ -3,7 +3,7 @@
 
 | Loaded state | Relative to checkpoint | Action |
 |---|---|---|
-| batch ``failed``, 2+ members ``batched``, no part claimed | before | in one transaction: split the ``batched`` members into parts (``max(2, build_budget // 2)`` ways), mint each part ``<queue>/batch/<n>`` ``creating`` in order with a claim per member (cause ``split:<failed batch's number>``), log ``batching`` per member (metadata ``split_from``, the failure, which part), publish ``dependency_analysis`` per part (the outbox) |
+| batch ``failed`` of several members, some ``batched``, no part claimed | before | in one transaction: split the ``batched`` members into parts (``max(2, build_budget // 2)`` ways; one part when only one is left: that failure was of a tree with the others in it, not its verdict), mint each part ``<queue>/batch/<n>`` ``creating`` in order with a claim per member (cause ``split:<failed batch's number>``), log ``batching`` per member (metadata ``split_from``, the failure, which part), publish ``dependency_analysis`` per part (the outbox) |
 | batch ``cancelled`` of several members, some ``batched`` (not cancelled) | before | the same with one part of those members (a cancel is not their verdict) |
 | the parts claimed already (found in that transaction) | at | create nothing; replay the logs and hand-offs of the claimed parts (same ids) |
 | a member ``cancelling`` | - | not split: ``conclude`` ends it ``cancelled`` |
@@ -33,13 +33,11 @@ from app.domain.states import BatchState, RequestState
 
 def splittable(batch: Batch, members: dict[str, LandRequest]) -> list[str]:
     """The members of ``batch`` that go on in parts (empty: conclude ends them all)."""
-    live = [m for m in batch.contains
+    if len(batch.contains) < 2 or batch.state not in (BatchState.FAILED,
+                                                      BatchState.CANCELLED):
+        return []
+    return [m for m in batch.contains
             if m in members and members[m].state is RequestState.BATCHED]
-    if batch.state is BatchState.FAILED and len(live) >= 2:
-        return live
-    if batch.state is BatchState.CANCELLED and len(batch.contains) > 1:
-        return live
-    return []
 
 
 async def split(deps: Deps, batch: Batch, members: dict[str, LandRequest]) -> set[str]:

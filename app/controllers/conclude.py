@@ -2,8 +2,8 @@
 
 | Loaded state | Relative to checkpoint | Action |
 |---|---|---|
-| batch ``failed`` with 2+ members ``batched``, or ``cancelled`` with several members | at | bisect (``app/controllers/bisect.py``): the ``batched`` members go on in new batches; the others (``cancelling``) end as below |
-| batch ``succeeded`` / ``failed`` / ``cancelled`` | at | terminate each member (``landed`` / ``error`` / ``cancelled``) with the failure reason; ``landed`` carries metadata ``commits`` (the member's landed commit per change, from the batch); a member already there skips the write but republishes its terminal log |
+| batch ``failed`` or ``cancelled`` with several members, some ``batched`` | at | bisect (``app/controllers/bisect.py``): the ``batched`` members go on in new batches; the others (``cancelling``) end as below |
+| batch ``succeeded`` / ``failed`` / ``cancelled`` (otherwise) | at | terminate each member (``landed`` / ``error`` / ``cancelled``) with the failure reason; ``landed`` carries metadata ``commits`` (the member's landed commit per change, from the batch); a member already there skips the write but republishes its terminal log |
 | member already in another terminal state | superseded | leave it |
 | member missing | invalid | raise ``NotFound`` |
 | batch not terminal | invalid | raise ``InvalidState`` (conclude is only sent for terminal batches) |

@@ -4,9 +4,11 @@ one order and each sees every earlier one.
 
 | Loaded state | Relative to checkpoint | Action |
 |---|---|---|
-| batch ``creating``, members ``validated`` | before | analyse against ``created``/``speculating``/``merging`` batches; in one transaction claim each member (``batched``, v+1) and move the batch to ``created`` with its direct dependencies and the lower-priority batches it overtakes (``app/speculation/priority.py``) and log ``batched`` per member (the outbox); then publish ``speculate`` |
-| batch ``creating``, the claim loses a race (``VersionMismatch``: a cancel, say) | before | nothing was logged; the retry classifies again (a halted member: abandon) |
-| batch ``creating``, a member halted or not ``validated`` | superseded | abandon: the batch stays ``creating`` and inert; ack |
+| batch ``creating`` of new requests still forming: ``batching.max_size`` > 1, ``normal``, fewer members than the size limit, younger than ``max_wait_ms``, no newer ``creating`` batch in the queue | before | write nothing; hold the delivery ``min(time left, 250 ms)`` and classify again (requests may still join) |
+| batch ``creating``, members ``validated`` (a bisection part's: ``batched``) | before | analyse against ``created``/``speculating``/``merging`` batches; in one transaction claim each member (``batched``, v+1) and move the batch to ``created`` with its direct dependencies and the lower-priority batches it overtakes (``app/speculation/priority.py``) and log ``batched`` per member (the outbox); then publish ``speculate`` |
+| batch ``creating``, some members halted or not ``validated``/``batched`` as above, some ready | before | the same for the ready members; in that transaction the others leave the batch (a cancel ended them; their association is removed) |
+| batch ``creating``, the claim loses a race (``VersionMismatch``: a cancel, say) | before | nothing was logged; the retry classifies again (the halted member leaves) |
+| batch ``creating``, no member ready | superseded | abandon: the batch stays ``creating`` and inert; ack |
 | batch ``created`` | at | replay the member logs and ``speculate`` with the same ids |
 | batch ``speculating`` / ``merging`` / ``cancelling`` | beyond | replay the member logs only (same ids; no-ops if they were published). A crash between the write and the logs may let another batch's speculate run admit this one before the redelivery: the logs are still published |
 | batch terminal | beyond | ack |

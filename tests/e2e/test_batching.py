@@ -21,7 +21,7 @@ queues:
     merger: {type: fake}
     scorer: {type: constant, probability: 0.9}
     build_budget: 4
-    batching: {max_size: %d, max_wait_ms: 3000}
+    batching: {max_size: %d, max_wait_ms: 15000}  # closes when full: all join under load
 """
 
 

@@ -16,6 +16,7 @@ from app.controllers.batch import BatchController
 from app.db.repos import batches as batch_repo
 from app.db.repos.counters import next_number
 from app.domain.errors import InvalidState, NotFound
+from app.domain.queue_config import BatchingConfig
 from app.domain.states import BatchState, RequestState
 from tests.support.controllers import (
     NOW_MS,
@@ -109,6 +110,33 @@ def batching_log(n: int, at_ms: int) -> Check:
     return check
 
 
+def open_batch(*, age_ms: int = 30_000, size: int = 1, max_size: int = 4,
+               max_wait_ms: int = 60_000) -> Seed:
+    """Request 1 (v2, validated) and the queue's newest ``creating`` batch 4 holding
+    ``size`` other validated requests (2, 3, ...), created ``age_ms`` ago, with 4
+    batch numbers handed out; ``batching`` configured with ``max_size`` and
+    ``max_wait_ms``."""
+    async def seed(rig: Rig) -> None:
+        rig.configure(batching=BatchingConfig(max_size=max_size, max_wait_ms=max_wait_ms))
+        await rig.request(1, RequestState.VALIDATED, version=2)
+        others = [await rig.request(2 + i, RequestState.VALIDATED) for i in range(size)]
+        async with rig.db.write() as s:
+            for _ in range(4):
+                await next_number(s, queue="demo", domain="batch")
+        rig.broker.now_ms = NOW_MS - age_ms
+        await rig.batch(4, BatchState.CREATING, others)
+        rig.broker.now_ms = NOW_MS
+    return seed
+
+
+def open_batch_is(*contains: str, version: int) -> Check:
+    async def check(rig: Rig) -> None:
+        async with rig.db.read() as s:
+            got = await batch_repo.get(s, queue="demo", id=batch_id(4))
+        assert (got.state, got.contains, got.version) == (CREATING, contains, version)
+    return check
+
+
 def both(*checks: Check) -> Check:
     async def check(rig: Rig) -> None:
         for c in checks:
@@ -119,6 +147,8 @@ def both(*checks: Check) -> Check:
 V = RequestState.VALIDATED
 CREATING, FAILED = BatchState.CREATING, BatchState.FAILED
 NEW = "request ``validated``, no claim and no ``creating`` batch of it"
+JOIN = NEW + ", a joinable batch"
+ALONE = NEW + ", none joinable"
 CLAIMED = "request ``validated``, a claim for (request, cause) exists (found in that transaction)"
 EXISTING = ("request ``validated``, a ``creating`` batch of it exists (also batches from "
             "before claims)")
@@ -128,13 +158,26 @@ TABLE = StateTable(batch, [
            writes_nothing=True)
       for st in (RequestState.CANCELLING, RequestState.LANDED, RequestState.ERROR,
                  RequestState.CANCELLED)],
-    Case(NEW, request_in(V), MSG, name="mints-the-first-batch", published=handed_off(1),
+    Case(ALONE, request_in(V), MSG, name="mints-the-first-batch", published=handed_off(1),
          check=both(batches_are((1, CREATING)), claimed(1), batching_log(1, NOW_MS))),
-    Case(NEW, request_in(V, minted=4), MSG, name="mints-the-next-number",
+    Case(JOIN, open_batch(), MSG, name="joins-the-open-batch", published=handed_off(4),
+         check=both(open_batch_is("demo/2", R, version=2), claimed(4),
+                    batching_log(4, NOW_MS))),
+    Case(ALONE, open_batch(age_ms=61_000), MSG, name="the-open-batch-waited-too-long",
+         published=handed_off(5),
+         check=both(batches_are((5, CREATING)), claimed(5),
+                    open_batch_is("demo/2", version=1))),
+    Case(ALONE, open_batch(size=4), MSG, name="the-open-batch-is-full",
+         published=handed_off(5),
+         check=both(batches_are((5, CREATING)), claimed(5),
+                    open_batch_is("demo/2", "demo/3", "demo/4", "demo/5", version=1))),
+    Case(ALONE, open_batch(max_size=1), MSG, name="batching-is-off",
+         published=handed_off(5), check=both(batches_are((5, CREATING)), claimed(5))),
+    Case(ALONE, request_in(V, minted=4), MSG, name="mints-the-next-number",
          published=handed_off(5),
          check=both(batches_are((5, CREATING)), claimed(5), batching_log(5, NOW_MS))),
     # A batch of it that is no longer ``creating`` is not its batching intent.
-    Case(NEW, request_in(V, minted=2, batches=((2, FAILED),)), MSG,
+    Case(ALONE, request_in(V, minted=2, batches=((2, FAILED),)), MSG,
          name="a-failed-batch-is-not-reused", published=handed_off(3),
          check=both(batches_are((2, FAILED), (3, CREATING)), claimed(3))),
     Case(CLAIMED, request_in(V, minted=3, batches=((3, CREATING),), claim=3,

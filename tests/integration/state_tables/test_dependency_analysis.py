@@ -19,6 +19,7 @@ from app.db.repos import changes as change_repo
 from app.db.repos import requests as request_repo
 from app.domain.entities import ChangeDetails, ChangedFile, LandRequest
 from app.domain.errors import NotFound, VersionMismatch
+from app.domain.queue_config import BatchingConfig
 from app.domain.states import BatchState, LandStrategy, RequestState
 from app.extensions.base import BatchChanges
 from tests.support.controllers import (
@@ -51,13 +52,19 @@ async def claim_files(rig: Rig, n: int, *files: str) -> None:
 
 def world(state: BatchState, members: Sequence[Member] = ((V, 2), (V, 2)), *,
           ahead: Sequence[tuple[BatchState, str]] = (), dependencies: tuple[str, ...] = (),
-          stale: dict[int, LandRequest] | None = None) -> Seed:
+          stale: dict[int, LandRequest] | None = None,
+          batching: BatchingConfig | None = None, newer: bool = False,
+          part: bool = False) -> Seed:
     """Batch 5 in ``state`` holding requests 5 and 6 (``members``: each one's state and
     version) that change ``a/new.py`` and ``c/other.py``; ``ahead``: batches 1, 2, ...
     each in its state, with one request changing the file named. Batch 5 is created at
     ``T0``; seeded past ``creating`` it was made ``created`` at ``T1`` (v2), with
-    ``dependencies``. ``stale``: ``get_many`` hands out these copies instead."""
+    ``dependencies``. ``stale``: ``get_many`` hands out these copies instead.
+    ``batching``: the queue's setting; ``newer``: an empty ``creating`` batch 7 is newer;
+    ``part``: batch 5 is a bisection part of batch 4 (its members claimed ``split:4``)."""
     async def seed(rig: Rig) -> None:
+        if batching is not None:
+            rig.configure(batching=batching)
         rig.broker.now_ms = T0
         for n, (st, file) in enumerate(ahead, start=1):
             req = await rig.request(n, RequestState.BATCHED, version=3)
@@ -71,6 +78,13 @@ def world(state: BatchState, members: Sequence[Member] = ((V, 2), (V, 2)), *,
                 await claim_files(rig, n, "a/new.py" if n == 5 else "c/other.py")
         batch = await rig.batch(5, BatchState.CREATING if state is BatchState.CREATING
                                 else BatchState.CREATED, contains)
+        if newer:
+            await rig.batch(7, BatchState.CREATING, [])
+        if part:
+            async with rig.db.write() as s:
+                for m in contains:
+                    await batch_repo.claim(s, queue="demo", request_id=m, cause="split:4",
+                                           batch_id=B, now_ms=T0)
         if state is not BatchState.CREATING:
             async with rig.db.write() as s:
                 await batch_repo.update(s, old=batch, new=replace(
@@ -98,31 +112,37 @@ def stale_validated(n: int) -> dict[int, LandRequest]:
                            strategy=LandStrategy.REBASE, state=V, version=2)}
 
 
-def logged(*, speculate: bool = True) -> list[tuple[str, str, str]]:
-    logs = [("log", f"demo/{n}", f"demo/{n}/batched/{B}") for n in (5, 6)]
+def logged(*, speculate: bool = True,
+           members: Sequence[int] = (5, 6)) -> list[tuple[str, str, str]]:
+    logs = [("log", f"demo/{n}", f"demo/{n}/batched/{B}") for n in members]
     return [*logs, ("speculate", "demo", B)] if speculate else logs
 
 
-def enrolled(*dependencies: int) -> Check:
-    """Batch 5 is ``created`` (v2, written now) with these direct dependencies; both
-    members are ``batched`` (v3); the logs and the wake-up say so."""
+def enrolled(*dependencies: int, members: Sequence[int] = (5, 6), version: int = 3) -> Check:
+    """Batch 5 is ``created`` (v2, written now) with these direct dependencies, holding
+    ``members``, each ``batched`` (``version``); the logs and the wake-up say so."""
     deps = [batch_id(d) for d in dependencies]
 
     async def check(rig: Rig) -> None:
+        rig.stack.close()
         b = await rig.get_batch(5)
-        assert (b.state, b.version, list(b.dependencies), b.updated_at_ms) == (
-            BatchState.CREATED, 2, deps, NOW_MS)
-        for n in (5, 6):
+        assert (b.state, b.version, list(b.dependencies), b.updated_at_ms, b.contains) == (
+            BatchState.CREATED, 2, deps, NOW_MS, tuple(f"demo/{n}" for n in members))
+        for n in members:
             r = await rig.get_request(n)
-            assert (r.state, r.version) == (RequestState.BATCHED, 3)
-        await batched_logs(NOW_MS, deps)(rig)
+            assert (r.state, r.version) == (RequestState.BATCHED, version)
+        await batched_logs(NOW_MS, deps, members)(rig)
         assert rig.broker.payload("speculate", B) == {"id": B, "queue": "demo"}
+        async with rig.db.read() as s:
+            for n in {5, 6} - set(members):  # left the batch
+                assert B not in [x.id for x in await batch_repo.for_request(
+                    s, queue="demo", request_id=f"demo/{n}")]
     return check
 
 
-def batched_logs(at_ms: int, deps: list[str]) -> Check:
+def batched_logs(at_ms: int, deps: list[str], members: Sequence[int] = (5, 6)) -> Check:
     async def check(rig: Rig) -> None:
-        for n in (5, 6):
+        for n in members:
             p = rig.broker.payload("log", f"demo/{n}/batched/{B}")
             assert (p["status"], p["timestamp_ms"], p["metadata"]) == (
                 "batched", at_ms, {"batch_id": B, "dependencies": deps})
@@ -148,13 +168,13 @@ def untouched(state: BatchState = BatchState.CREATING, analyser: bool = False) -
     return check
 
 
-async def retry_abandons(rig: Rig) -> None:
-    """The retry reads the cancel and abandons the batch."""
+async def retry_drops_the_cancelled(rig: Rig) -> None:
+    """The retry reads the cancel: request 6 leaves, request 5 is enrolled alone."""
     rig.stack.close()
     await DependencyAnalysisController(rig.deps).process(
         FakeDelivery("dependency_analysis", MSG, attempt=2))
-    assert rig.broker.keys() == []
-    assert (await rig.get_batch(5)).state is BatchState.CREATING
+    assert rig.broker.keys() == logged(members=(5,))
+    await enrolled(members=(5,))(rig)
     assert (await rig.get_request(6)).state is RequestState.CANCELLING
 
 
@@ -167,8 +187,14 @@ def both(*checks: Check) -> Check:
 
 SP, MG, CR = BatchState.SPECULATING, BatchState.MERGING, BatchState.CREATED
 AHEAD = ((SP, "a/x.py"), (MG, "b/y.py"), (CR, "a/z.py"), (BatchState.FAILED, "a/w.py"))
-ENROL = "batch ``creating``, members ``validated``"
-ABANDON = "batch ``creating``, a member halted or not ``validated``"
+ENROL = "batch ``creating``, members ``validated`` (a bisection part's: ``batched``)"
+SOME = ("batch ``creating``, some members halted or not ``validated``/``batched`` as "
+        "above, some ready")
+ABANDON = "batch ``creating``, no member ready"
+FORMING = ("batch ``creating`` of new requests still forming: ``batching.max_size`` > 1, "
+           "``normal``, fewer members than the size limit, younger than ``max_wait_ms``, "
+           "no newer ``creating`` batch in the queue")
+WAITS = BatchingConfig(max_size=4, max_wait_ms=120_000)  # batch 5 has 60 s left
 REPLAYS = "batch ``speculating`` / ``merging`` / ``cancelling``"
 
 TABLE = StateTable(dependency_analysis, [
@@ -186,12 +212,33 @@ TABLE = StateTable(dependency_analysis, [
     Case("batch ``creating``, the claim loses a race (``VersionMismatch``: a cancel, say)",
          world(BatchState.CREATING, ((V, 2), (RequestState.CANCELLING, 3)),
                stale=stale_validated(6)), MSG, raises=VersionMismatch, published=[],
-         check=retry_abandons),
-    *[Case(ABANDON, world(BatchState.CREATING, ((V, 2), m)), MSG,
-           name=f"member-{m[0].value if m else 'missing'}", published=[], writes_nothing=True,
-           check=untouched())
+         check=retry_drops_the_cancelled),
+    *[Case(SOME, world(BatchState.CREATING, ((V, 2), m)), MSG,
+           name=f"member-{m[0].value if m else 'missing'}", published=logged(members=(5,)),
+           check=enrolled(members=(5,)))
       for m in [(RequestState.CANCELLING, 3), (RequestState.ERROR, 3),
                 (RequestState.STARTED, 1), (RequestState.BATCHED, 3), None]],
+    Case(ABANDON, world(BatchState.CREATING, ((RequestState.CANCELLED, 3), None)), MSG,
+         name="none-ready", published=[], writes_nothing=True, check=untouched()),
+    # A bisection part's members are ``batched`` already; a ``validated`` one is not its.
+    Case(ENROL, world(BatchState.CREATING, ((RequestState.BATCHED, 3),) * 2, part=True),
+         MSG, name="a-bisection-part", published=logged(), check=enrolled(version=4)),
+    Case(ABANDON, world(BatchState.CREATING, ((V, 2), (V, 2)), part=True), MSG,
+         name="a-part-of-validated-requests", published=[], writes_nothing=True,
+         check=untouched()),
+    Case(FORMING, world(BatchState.CREATING, batching=WAITS), MSG, name="waits-for-more",
+         published=[], held=250, writes_nothing=True, check=untouched()),
+    Case(FORMING, world(BatchState.CREATING, batching=BatchingConfig(
+        max_size=4, max_wait_ms=60_100)), MSG, name="waits-what-is-left", published=[],
+         held=100, writes_nothing=True, check=untouched()),
+    # Not forming any more: it closes and is analysed.
+    *[Case(ENROL, world(BatchState.CREATING, batching=cfg, newer=newer), MSG,
+           name=name, published=logged(), check=enrolled())
+      for name, cfg, newer in [
+          ("waited-long-enough", BatchingConfig(max_size=4, max_wait_ms=60_000), False),
+          ("full", BatchingConfig(max_size=2, max_wait_ms=120_000), False),
+          ("a-newer-batch-closes-it", WAITS, True),
+          ("batching-off", BatchingConfig(max_size=1, max_wait_ms=120_000), False)]],
     Case("batch ``created``", world(CR, ((RequestState.BATCHED, 3),) * 2,
                                     dependencies=(batch_id(1),)), MSG,
          published=logged(), writes_nothing=True,
