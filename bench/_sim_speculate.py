@@ -12,6 +12,13 @@ Funding:
   free, rebuilt when a failure breaks it - the optimistic, Zuul-style queue;
 - ``all``: the planner finalizes, then heads in queue order get *every* path of theirs
   (all outcome combinations) while slots are free - speculate-all.
+
+Batching (``batching``: the queue's ``batching: {max_size: <the point's batch>,
+max_wait_ms, adaptive}``, ``app/domain/batching.py``): arrivals join the forming batch
+until it holds the size limit or ``batch_wait`` has passed since its first; a batch
+conflicts with the batches in flight any of its changes conflicts with; a failed batch
+of several is split ``max(2, budget // 2)`` ways into new batches at the back of the
+queue, as ``conclude`` does, and a failed batch of one rejects its change.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from app.controllers.speculate import DEFAULT_MEAN_BUILD_MS, DURATION_WEIGHT
+from app.domain import batching as batch_rules
 from app.domain.entities import Batch, PathEntry, SpeculationPath
 from app.domain.states import BatchState, PathStatus
 from app.speculation import core, vindication
@@ -62,14 +70,14 @@ class SpecConfig:
     # speculation.vindication_depth: a failed path that a passed path of one of its head's
     # first N dependents contains is built once more (app/speculation/vindication.py)
     vindication: int = 0
+    # batching: {max_size: the point's batch, max_wait_ms: batch_wait * T, adaptive}
+    batching: bool = False
+    batch_wait: float = 0.25
+    adaptive: bool = False
 
 
 def bid(i: int) -> str:
     return f"q/batch/{i:05d}"
-
-
-def idx(batch_id: str) -> int:
-    return int(batch_id.rsplit("/", 1)[1])
 
 
 class _Sim:
@@ -91,6 +99,11 @@ class _Sim:
         self.rebuilds = 0
         self.path_of: dict[str, SpeculationPath] = {}
         self.retried: dict[str, int] = {}
+        self.members: dict[str, tuple[int, ...]] = {}  # each batch's changes, in order
+        self.minted = 0
+        self.forming: list[int] = []
+        self.forming_since = 0
+        self.outcomes: deque[bool] = deque(maxlen=batch_rules.RECENT_OUTCOMES)
 
     # -- events ----------------------------------------------------------------
     def run(self) -> Recorder:
@@ -101,12 +114,15 @@ class _Sim:
                 heapq.heappop(self.ends)
             t_arr = w.arrival[nxt] if nxt < w.n else None
             t_end = self.ends[0][0] if self.ends else None
-            if t_arr is None and t_end is None:
+            t_close = self.closes_at()
+            if t_arr is None and t_end is None and t_close is None:
                 raise RuntimeError(f"stuck: {len(self.active)} batches never finished")
-            t = min(x for x in (t_arr, t_end) if x is not None)
+            t = min(x for x in (t_arr, t_end, t_close) if x is not None)
             while nxt < w.n and w.arrival[nxt] == t:
                 self.arrive(nxt, t)
                 nxt += 1
+            if self.forming and t >= (self.closes_at() or t):
+                self.close(t)
             while self.ends and self.ends[0][0] <= t:
                 _, _, pid = heapq.heappop(self.ends)
                 if pid in self.running:
@@ -115,13 +131,44 @@ class _Sim:
         return self.rec
 
     def arrive(self, i: int, t: int) -> None:
-        deps = tuple(bid(j) for j in sorted(self.w.conflicts[i]) if bid(j) in self.active)
-        b = Batch(queue="q", id=bid(i), contains=(bid(i),), dependencies=deps,
+        if not self.cfg.batching:
+            self.add_batch((i,), t)
+            return
+        if not self.forming:
+            self.forming_since = t
+        self.forming.append(i)
+        limit = batch_rules.window(self.w.point.batch, adaptive=self.cfg.adaptive,
+                                   recent=self.outcomes)
+        if len(self.forming) >= limit:
+            self.close(t)
+
+    def closes_at(self) -> int | None:
+        """When the forming batch stops waiting for more changes."""
+        if not self.forming:
+            return None
+        return self.forming_since + round(self.cfg.batch_wait * T_MS)
+
+    def close(self, t: int) -> None:
+        members, self.forming = tuple(self.forming), []
+        self.add_batch(members, t)
+
+    def add_batch(self, members: tuple[int, ...], t: int) -> None:
+        """A new batch of ``members`` at the back of the queue (an arrival's, or a part
+        of a failed batch)."""
+        b_id = bid(self.minted)
+        self.minted += 1
+        conflict = self.w.conflict
+        deps = tuple(h for h in self.active
+                     if any(conflict(a, m) for a in self.members[h] for m in members))
+        b = Batch(queue="q", id=b_id, contains=(b_id,), dependencies=deps,
                   state=BatchState.SPECULATING, version=1, created_at_ms=t)
         self.batches[b.id] = b
+        self.members[b.id] = members
         self.active[b.id] = None
-        p = self.cfg.fixed_p if self.cfg.scorer == "fixed" else \
-            flag_probability(self.w.point, self.w.flagged[i])
+        p = 1.0 if self.cfg.scorer == "flag" else self.cfg.fixed_p
+        if self.cfg.scorer == "flag":
+            for m in members:
+                p *= flag_probability(self.w.point, self.w.flagged[m])
         self.probs[b.id] = p
 
     def finish(self, pid: str, t: int) -> None:
@@ -198,24 +245,31 @@ class _Sim:
             if b is not None:
                 self.rec.abort(b)
             self._set(pid, PathStatus.CANCELLED, t)
-        for d in p.decisions:
-            self.bypasses += d.bypass
-            self.rebuilds += p.rebuilds if d.bypass else 0
-            self.active.pop(d.head)
-            if d.kind == "merge":
-                assert d.path_id is not None
-                self.rec.land([idx(d.head)], self.build_of[d.path_id], t)
+        for dec in p.decisions:
+            self.bypasses += dec.bypass
+            self.rebuilds += p.rebuilds if dec.bypass else 0
+            self.active.pop(dec.head)
+            members = self.members[dec.head]
+            if dec.kind == "merge":
+                assert dec.path_id is not None
+                self.rec.land(list(members), self.build_of[dec.path_id], t)
                 state = BatchState.SUCCEEDED
-            else:
-                self.rec.reject(idx(d.head))
+            elif len(members) > 1:  # bisected: its parts go on at the back of the queue
+                ways = max(2, self.w.point.budget // 2)
+                for part in batch_rules.split([str(m) for m in members], ways=ways):
+                    self.add_batch(tuple(int(m) for m in part), t)
                 state = BatchState.FAILED
-            self.batches[d.head] = replace(self.batches[d.head], state=state)
+            else:
+                self.rec.reject(members[0])
+                state = BatchState.FAILED
+            self.outcomes.append(dec.kind == "merge")
+            self.batches[dec.head] = replace(self.batches[dec.head], state=state)
         for path in p.builds:
             self.start(path, t)
 
     def start(self, path: SpeculationPath, t: int) -> None:
-        members = frozenset({idx(path.head), *(idx(d) for d in path.base)})
-        b = self.rec.build(idx(path.head), members, t)
+        members = frozenset(m for h in (path.head, *path.base) for m in self.members[h])
+        b = self.rec.build(self.members[path.head][0], members, t)
         self.running[path.id] = b
         self.build_of[path.id] = b
         self.head_of[path.id] = path.head

@@ -32,6 +32,9 @@ Strategies (``bench/_sim_baselines.py``, ``bench/_sim_speculate.py``):
   10 % only, timed hedges), its ``build_budget`` set to the point's CI capacity;
 - ``default+retry``: ``default`` with ``speculation: {retries: 1}``;
 - ``default+vindicate``: ``default`` with ``speculation: {vindication_depth: 1}``;
+- ``default+batch`` / ``default+batch-aimd``: ``default`` with ``batching: {max_size:
+  <the point's batch>, max_wait_ms: T/4}`` (and ``adaptive: true``): multi-request
+  batches, a failed one bisected (``bench/_sim_speculate.py``);
 - the peers (``bench/_sim_peers.py``): ``zuul``, ``bors``, ``mergify``,
   ``github-allgreen``, ``github-headgreen``, ``trunk``.
 
@@ -100,6 +103,12 @@ STRATEGIES: dict[str, Strategy] = {
     # build contains is built once more; a failed head waits for such running builds)
     "default+vindicate": _spec(SpecConfig(scorer="fixed", fixed_p=0.9, mean_build="ewma",
                                           vindication=1)),
+    # the same with batching: {max_size: <the point's batch>, max_wait_ms: T/4} (a
+    # failed batch of several is bisected), and with adaptive: true (AIMD size)
+    "default+batch": _spec(SpecConfig(scorer="fixed", fixed_p=0.9, mean_build="ewma",
+                                      batching=True)),
+    "default+batch-aimd": _spec(SpecConfig(scorer="fixed", fixed_p=0.9, mean_build="ewma",
+                                           batching=True, adaptive=True)),
     **PEERS,
 }
 
