@@ -74,6 +74,9 @@ class SpecConfig:
     batching: bool = False
     batch_wait: float = 0.25
     adaptive: bool = False
+    # lanes: a change joins the forming batch only when it conflicts with one of its
+    # changes (it would depend on that batch anyway); otherwise that batch closes
+    lanes: bool = False
 
 
 def bid(i: int) -> str:
@@ -134,6 +137,9 @@ class _Sim:
         if not self.cfg.batching:
             self.add_batch((i,), t)
             return
+        if self.forming and self.cfg.lanes and not any(
+                self.w.conflict(m, i) for m in self.forming):
+            self.close(t)
         if not self.forming:
             self.forming_since = t
         self.forming.append(i)

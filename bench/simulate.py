@@ -35,6 +35,9 @@ Strategies (``bench/_sim_baselines.py``, ``bench/_sim_speculate.py``):
 - ``default+batch`` / ``default+batch-aimd``: ``default`` with ``batching: {max_size:
   <the point's batch>, max_wait_ms: T/4}`` (and ``adaptive: true``): multi-request
   batches, a failed one bisected (``bench/_sim_speculate.py``);
+- ``default+batch-lanes``: ``default+batch`` where a change joins the forming batch
+  only when it conflicts with one of its changes (a policy the app does not have:
+  measured to see whether batching within a lane pays);
 - the peers (``bench/_sim_peers.py``): ``zuul``, ``bors``, ``mergify``,
   ``github-allgreen``, ``github-headgreen``, ``trunk``.
 
@@ -109,6 +112,9 @@ STRATEGIES: dict[str, Strategy] = {
                                       batching=True)),
     "default+batch-aimd": _spec(SpecConfig(scorer="fixed", fixed_p=0.9, mean_build="ewma",
                                            batching=True, adaptive=True)),
+    # not in the app: a change joins only a forming batch it conflicts with
+    "default+batch-lanes": _spec(SpecConfig(scorer="fixed", fixed_p=0.9, mean_build="ewma",
+                                            batching=True, lanes=True)),
     **PEERS,
 }
 

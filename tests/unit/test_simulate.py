@@ -14,8 +14,9 @@ from bench._sim_workload import Point, Workload, draw
 KEYS = {"point", "default", "strategy", "p50", "p95", "p99", "p50_vs_oracle", "p95_vs_oracle",
         "throughput", "builds_per_landed", "aborted_builds", "red_landings", "landed", "mean",
         "mean_vs_oracle", "good_evicted", "bad_landed"}
-BATCHING = {"batch-bisect", "bors", "mergify", "default+batch", "default+batch-aimd"}  # may
-# build less than once per change
+# may build less than once per change
+BATCHING = {"batch-bisect", "bors", "mergify", "default+batch", "default+batch-aimd",
+            "default+batch-lanes"}
 
 
 def test_tiny_grid_lands_the_good_changes_and_never_a_red_combination() -> None:
