@@ -45,6 +45,8 @@ class _PrioritySim(_Sim):
         self.overtook += len(overtakes)
         self.batches[new.id] = replace(new, dependencies=deps, overtakes=overtakes)
         self.active[new.id] = None
+        self.members[new.id] = (i,)  # one change per batch (the simulator's batching off)
+        self.minted += 1
         self.probs[new.id] = self.cfg.fixed_p if self.cfg.scorer == "fixed" else \
             flag_probability(self.w.point, self.w.flagged[i])
 
