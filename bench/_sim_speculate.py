@@ -183,6 +183,10 @@ class _Sim:
         self.ewma += DURATION_WEIGHT * ((b.end - b.start) - self.ewma)
         if not b.passed and self.retried.get(pid, 0) < self.cfg.retries:
             self.retried[pid] = self.retried.get(pid, 0) + 1
+            es = self.entries[self.head_of[pid]]
+            for k, e in enumerate(es):  # the entry counts it, as core.fold does
+                if e.id == pid:
+                    es[k] = replace(e, retried=self.retried[pid])
             self.start(self.path_of[pid], t)  # attempt + 1, the same slot
             return
         self._set(pid, PathStatus.PASSED if b.passed else PathStatus.FAILED, t)

@@ -5,7 +5,10 @@ evidence about the batches they contained (the head and every dependency assumed
 ``succeed``):
 
 - a **passed** build vouches for every batch in it: each gets at least ``passed_p``;
-- a **failed** build says at least one batch in it is bad. Batches already vouched for
+- a **failed** build says at least one batch in it is bad (also while its path is
+  being built again under ``speculation.retries``: until the retry passes, the failure
+  is the evidence there is, so dependents' paths that assume the head fails get funded
+  instead of waiting on the retry). Batches already vouched for
   or landed are cleared; if one *suspect* remains it gets at most ``failed_p``; with
   several, each suspect's probability is updated by Bayes' rule, given that at least
   one of them is bad: ``p' = p (1 - q) / (1 - p q)`` where ``q`` is the probability that
@@ -79,7 +82,7 @@ def _evidence(entries: Mapping[str, Sequence[PathEntry]], res: Mapping[str, Reso
             good.update(e.path.sides[0])
     failures: list[tuple[str, ...]] = []
     for e in finished:
-        if e.status is PathStatus.FAILED:
+        if e.status is PathStatus.FAILED or (e.status.live and e.retried > 0):
             suspects = tuple(dict.fromkeys(
                 b for b in (e.path.head, *e.path.base) if b not in good))
             if suspects:

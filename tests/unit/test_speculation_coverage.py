@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -200,6 +201,19 @@ def test_evidence_from_finished_builds() -> None:
     assert got["y"] == 0.02
     with pytest.raises(ValueError):
         EvidencePolicy(passed_p=0.5, failed_p=0.6)
+
+
+def test_a_failed_build_being_retried_is_evidence_until_the_retry_passes() -> None:
+    """``speculation.retries``: the path's entry is live again (attempt 2) but its first
+    build failed; a dependent should hedge on the head failing rather than wait."""
+    res: dict[str, Resolution] = {}
+    retrying = replace(pe("y", ["a"], [S], PathStatus.BUILDING), retried=1)
+    got = refine({"y": 0.9, "a": 0.99}, {"y": [retrying]}, res)
+    assert got["y"] < 0.1 and got["a"] == pytest.approx(0.99, abs=0.02)
+    fresh = pe("y", ["a"], [S], PathStatus.BUILDING)  # never failed: no evidence
+    assert refine({"y": 0.9, "a": 0.99}, {"y": [fresh]}, res)["y"] == 0.9
+    passed = replace(retrying, status=PathStatus.PASSED)  # the retry passed: vouched
+    assert refine({"y": 0.9, "a": 0.5}, {"y": [passed]}, res) == {"y": 0.99, "a": 0.99}
 
 
 def test_hedges_are_discounted_by_how_soon_the_dependency_reports() -> None:
