@@ -74,6 +74,9 @@ class SpecConfig:
     batching: bool = False
     batch_wait: float = 0.25
     adaptive: bool = False
+    # skip_last: Mergify's rule - the last part of a bisected batch whose other parts all
+    # landed is failed without a build of its own (a part of one: rejected; more: split)
+    skip_last: bool = False
     # lanes: a change joins the forming batch only when it conflicts with one of its
     # changes (it would depend on that batch anyway); otherwise that batch closes
     lanes: bool = False
@@ -107,6 +110,8 @@ class _Sim:
         self.forming: list[int] = []
         self.forming_since = 0
         self.outcomes: deque[bool] = deque(maxlen=batch_rules.RECENT_OUTCOMES)
+        self.parts_of: dict[str, list[str]] = {}  # a bisected batch's parts, in order
+        self.inferred = 0  # last parts failed without a build (skip_last)
 
     # -- events ----------------------------------------------------------------
     def run(self) -> Recorder:
@@ -203,6 +208,8 @@ class _Sim:
         for _ in range(10_000):
             if self.cfg.vindication:
                 self.vindicate(t)
+            if self.cfg.skip_last:
+                self.skip_last_parts(t)
             p = plan(self.snapshot(t))
             self.plans += 1
             self.apply(p, t)
@@ -211,6 +218,38 @@ class _Sim:
             if not p.decisions and not p.cancels:
                 return
         raise RuntimeError(f"plans at t={t} never settled (cancel/fund loop)")
+
+    def skip_last_parts(self, t: int) -> None:
+        for parts in list(self.parts_of.values()):
+            last = parts[-1]
+            if last not in self.active or any(
+                    self.batches[p].state is not BatchState.SUCCEEDED for p in parts[:-1]):
+                continue
+            if any(e.status is PathStatus.PASSED for e in self.entries.get(last, ())):
+                continue
+            for e in self.entries.get(last, ()):
+                b = self.running.pop(e.id, None)
+                if b is not None:
+                    self.rec.abort(b)
+                    self._set(e.id, PathStatus.CANCELLED, t)
+            self.inferred += 1
+            self.active.pop(last)
+            self._failed(last, t)
+
+    def _failed(self, head: str, t: int) -> None:
+        """``head`` failed: bisected when it holds several changes (its parts go on at
+        the back of the queue), else its change is rejected."""
+        members = self.members[head]
+        if len(members) > 1:
+            ways = max(2, self.w.point.budget // 2)
+            self.parts_of[head] = []
+            for part in batch_rules.split([str(m) for m in members], ways=ways):
+                self.parts_of[head].append(bid(self.minted))
+                self.add_batch(tuple(int(m) for m in part), t)
+        else:
+            self.rec.reject(members[0])
+        self.outcomes.append(False)
+        self.batches[head] = replace(self.batches[head], state=BatchState.FAILED)
 
     def vindicate(self, t: int) -> None:
         """The controller's pre-plan step: reopened paths start building at once."""
@@ -259,21 +298,13 @@ class _Sim:
             self.bypasses += dec.bypass
             self.rebuilds += p.rebuilds if dec.bypass else 0
             self.active.pop(dec.head)
-            members = self.members[dec.head]
-            if dec.kind == "merge":
-                assert dec.path_id is not None
-                self.rec.land(list(members), self.build_of[dec.path_id], t)
-                state = BatchState.SUCCEEDED
-            elif len(members) > 1:  # bisected: its parts go on at the back of the queue
-                ways = max(2, self.w.point.budget // 2)
-                for part in batch_rules.split([str(m) for m in members], ways=ways):
-                    self.add_batch(tuple(int(m) for m in part), t)
-                state = BatchState.FAILED
-            else:
-                self.rec.reject(members[0])
-                state = BatchState.FAILED
-            self.outcomes.append(dec.kind == "merge")
-            self.batches[dec.head] = replace(self.batches[dec.head], state=state)
+            if dec.kind != "merge":
+                self._failed(dec.head, t)
+                continue
+            assert dec.path_id is not None
+            self.rec.land(list(self.members[dec.head]), self.build_of[dec.path_id], t)
+            self.outcomes.append(True)
+            self.batches[dec.head] = replace(self.batches[dec.head], state=BatchState.SUCCEEDED)
         for path in p.builds:
             self.start(path, t)
 

@@ -38,6 +38,9 @@ Strategies (``bench/_sim_baselines.py``, ``bench/_sim_speculate.py``):
 - ``default+batch-lanes``: ``default+batch`` where a change joins the forming batch
   only when it conflicts with one of its changes (a policy the app does not have:
   measured to see whether batching within a lane pays);
+- ``default+batch-skip-last``: ``default+batch-aimd`` with Mergify's rule: the last part
+  of a bisected batch whose other parts all landed fails without a build of its own
+  (not in the app: measured to decide whether to build it);
 - the peers (``bench/_sim_peers.py``): ``zuul``, ``bors``, ``mergify``,
   ``github-allgreen``, ``github-headgreen``, ``trunk``.
 
@@ -115,6 +118,9 @@ STRATEGIES: dict[str, Strategy] = {
     # not in the app: a change joins only a forming batch it conflicts with
     "default+batch-lanes": _spec(SpecConfig(scorer="fixed", fixed_p=0.9, mean_build="ewma",
                                             batching=True, lanes=True)),
+    "default+batch-skip-last": _spec(SpecConfig(scorer="fixed", fixed_p=0.9,
+                                                mean_build="ewma", batching=True,
+                                                adaptive=True, skip_last=True)),
     **PEERS,
 }
 

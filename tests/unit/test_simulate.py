@@ -16,7 +16,7 @@ KEYS = {"point", "default", "strategy", "p50", "p95", "p99", "p50_vs_oracle", "p
         "mean_vs_oracle", "good_evicted", "bad_landed"}
 # may build less than once per change
 BATCHING = {"batch-bisect", "bors", "mergify", "default+batch", "default+batch-aimd",
-            "default+batch-lanes"}
+            "default+batch-lanes", "default+batch-skip-last"}
 
 
 def test_tiny_grid_lands_the_good_changes_and_never_a_red_combination() -> None:
