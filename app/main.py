@@ -23,7 +23,12 @@ from app.api.middleware import HttpMetrics, SecurityHeaders
 from app.controllers.common import Deps, log_ids
 from app.controllers.freeze import FreezeThaw
 from app.controllers.outages import OutageGuard, webhook_notifier
-from app.controllers.pipeline import TopicSettings, build_consumers, build_topology
+from app.controllers.pipeline import (
+    TopicSettings,
+    build_consumers,
+    build_topology,
+    install_filters,
+)
 from app.controllers.resync import SpeculateResync
 from app.db import migrate
 from app.db.engine import Database
@@ -96,6 +101,7 @@ class Runtime:
                                                   timings=self.view_timing,
                                                   stalls=lambda: self.stalls,
                                                   windows=windows))
+        install_filters(topology, self.deps)
         self.metrics.attach(state_source(self.db, self.broker, self.deps.freeze_windows),
                             {name: q.build_budget for name, q in self.queues.items()})
         self.metrics.attach_work(self.db.stats, self.broker)

@@ -37,6 +37,7 @@ Dead letters (``GitHubCheckReconciler``, group ``github-checks-dlq``):
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from pydantic import ValidationError as PydanticValidationError
 
@@ -66,6 +67,17 @@ def _publisher(deps: Deps, queue: str) -> CheckPublisher | None:
         return deps.extensions(queue).github_check
     except NotFound:
         return None
+
+
+def wants(deps: Deps, payload: Any) -> bool:
+    """The ``github-check-relay`` group's publish-time filter (``Topology.filter``): a
+    ``log`` entry gets a delivery only on a queue that writes check-runs, and an event
+    only if it is one the check-run shows; the relay checks the same again."""
+    if not isinstance(payload, dict):
+        return True  # not a log entry: delivered, and the relay says so
+    if _publisher(deps, str(payload.get("queue", ""))) is None:
+        return False
+    return payload.get("type") != LogType.EVENT.value or payload.get("event") in RELAYED_EVENTS
 
 
 async def relay(deps: Deps, entry: RequestLog) -> int:

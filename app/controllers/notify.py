@@ -42,6 +42,7 @@ Dead letters (``NotifyReconciler``, group ``notifier-dlq``, and ``LogDeadLetters
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from pydantic import ValidationError as PydanticValidationError
 
@@ -58,6 +59,7 @@ from app.domain import messages as m
 from app.domain import notifications as n
 from app.domain.entities import RequestLog
 from app.domain.errors import NotFound, NotificationGivenUp, ValidationError
+from app.domain.states import LogType
 from app.extensions.notify.webhook import WebhookSink
 from app.queue import Delivery, StoredMessage
 
@@ -69,6 +71,20 @@ def _sinks(deps: Deps, queue: str) -> tuple[WebhookSink, ...]:
         return deps.extensions(queue).notify
     except NotFound:
         return ()
+
+
+def wants(deps: Deps, payload: Any) -> bool:
+    """The ``notify-relay`` group's publish-time filter (``Topology.filter``): a ``log``
+    entry gets a delivery only if its queue has an endpoint that wants the notification
+    it makes; the relay checks the same again when it runs."""
+    if not isinstance(payload, dict):
+        return True  # not a log entry: delivered, and the relay says so
+    sinks = _sinks(deps, str(payload.get("queue", "")))
+    if not sinks or payload.get("type") != LogType.STATUS.value \
+            or payload.get("status") not in n.NOTIFYING_STATUSES:
+        return False
+    found = n.event_of(m.LogMsg.model_validate(payload).entry())
+    return found is not None and any(n.wanted(s.events, found[0]) for s in sinks)
 
 
 async def relay(deps: Deps, entry: RequestLog) -> int:

@@ -10,6 +10,7 @@ printed in ``docs/pipeline.md``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -40,6 +41,16 @@ def build_topology(settings: TopicSettings | None = None,
     for t in _taps(stages):
         topo.subscribe(t.topic, t.group)
     return topo
+
+
+def install_filters(topology: Topology, deps: Deps,
+                    stages: Sequence[Stage] | None = None) -> None:
+    """The taps' publish-time filters, which need the queues' configuration: a relay
+    group gets no delivery (no row, claim or ack) of a message it would only ack
+    unread — e.g. every ``log`` entry of a queue with no notification endpoint."""
+    for t in _taps(stages):
+        if t.wants is not None:
+            topology.filter(t.topic, t.group, functools.partial(t.wants, deps))
 
 
 def _taps(stages: Sequence[Stage] | None) -> list[Tap]:

@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from app.controllers import github_check, notify
 from app.controllers.batch import BatchController
 from app.controllers.build import BuildController
 from app.controllers.buildsignal import BuildSignalController
@@ -142,11 +143,14 @@ class Tap:
     topic: str
     group: str
     controller: Callable[[Deps], Controller]
+    #: publish-time filter (``Topology.filter``): which messages the group gets at all
+    wants: Callable[[Deps, Any], bool] | None = None
 
 
 TAPS: tuple[Tap, ...] = (
-    Tap(m.LOG, m.NOTIFY_RELAY_GROUP, NotifyRelayController),  # log -> notify
-    Tap(m.LOG, m.GITHUB_CHECK_RELAY_GROUP, GitHubCheckRelayController),  # log -> github_check
+    Tap(m.LOG, m.NOTIFY_RELAY_GROUP, NotifyRelayController, notify.wants),  # log -> notify
+    Tap(m.LOG, m.GITHUB_CHECK_RELAY_GROUP, GitHubCheckRelayController,  # log -> github_check
+        github_check.wants),
 )
 
 

@@ -33,13 +33,17 @@ SCHEMA = "submitqueue.notification/v1"
 _ERROR_CHARS = 500
 
 
+#: the statuses that make a notification (``event_of``)
+NOTIFYING_STATUSES = frozenset({"landed", "error", "cancelled"})
+
+
 def event_of(entry: RequestLog) -> tuple[Event, RemovalReason | None] | None:
     """The notification a log entry makes, or None if it makes none."""
     if entry.type is not LogType.STATUS:
         return None
     if entry.status == "landed":
         return "landed", None
-    if entry.status not in ("error", "cancelled"):
+    if entry.status not in NOTIFYING_STATUSES:
         return None
     reason = classify(entry.status, entry.last_error)
     return ("needs_operator" if reason is RemovalReason.DEAD_LETTERED else "removed"), reason

@@ -196,7 +196,7 @@ class Broker:
             payload_json=payload_json,
             metadata_json=_encode("metadata", metadata),
         )
-        return msg, self.topology.groups(spec.name), spec
+        return msg, self.topology.groups_for(spec.name, out.payload), spec
 
     async def publish(
         self,

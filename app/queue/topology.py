@@ -3,14 +3,25 @@
 The topology is declared in code by the composition root and is the same in every
 process, so a publisher knows which groups a message must be delivered to
 without asking the database. A group added later starts from new messages.
+
+A group may have a *filter* (``Topology.filter``): asked at publish time with the
+message's payload, it says whether the group wants the message at all; a message it
+refuses gets no delivery for that group (no row, no claim, no ack). A filter that
+raises is treated as "wanted", so a filter's bug costs work, never a lost delivery.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import logging
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from app.queue.errors import UnknownTopic
+
+log = logging.getLogger("submitqueue.queue")
+
+Wants = Callable[[Any], bool]
 
 DLQ_SUFFIX = "_dlq"
 
@@ -73,6 +84,7 @@ class Topology:
     def __init__(self) -> None:
         self._topics: dict[str, TopicSpec] = {}
         self._groups: dict[str, list[str]] = {}
+        self._filters: dict[tuple[str, str], Wants] = {}
 
     def declare(self, spec: TopicSpec) -> TopicSpec:
         if not spec.name or len(spec.name) > 200:
@@ -92,6 +104,30 @@ class Topology:
         if group not in groups:
             groups.append(group)
             groups.sort()
+
+    def filter(self, topic: str, group: str, wants: Wants) -> None:
+        """Deliver ``topic``'s messages to ``group`` only when ``wants(payload)``."""
+        if group not in self.groups(topic):
+            raise ValueError(f"group {group!r} is not subscribed to {topic!r}")
+        self._filters[(topic, group)] = wants
+
+    def groups_for(self, topic: str, payload: Any) -> list[str]:
+        """The groups that get a delivery of a message of ``topic`` with ``payload``."""
+        groups = self.groups(topic)
+        if not self._filters:
+            return groups
+        return [g for g in groups if self._wanted(topic, g, payload)]
+
+    def _wanted(self, topic: str, group: str, payload: Any) -> bool:
+        wants = self._filters.get((topic, group))
+        if wants is None:
+            return True
+        try:
+            return bool(wants(payload))
+        except Exception:  # a filter's bug must not lose a delivery
+            log.warning("a group's filter failed; the message is delivered to it",
+                        exc_info=True, extra={"topic": topic, "group": group})
+            return True
 
     def spec(self, topic: str) -> TopicSpec:
         try:

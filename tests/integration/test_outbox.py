@@ -8,16 +8,25 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
 import sqlalchemy as sa
 
-from app.controllers.common import Deps
-from app.controllers.pipeline import TopicSettings, build_topology
+from app.controllers.common import Deps, status_log
+from app.controllers.pipeline import TopicSettings, build_topology, install_filters
 from app.db.engine import Database
 from app.db.tables import counters
-from app.domain.messages import SPECULATE, VALIDATE, EntityMsg
+from app.domain.messages import (
+    GATEWAY_LOG_GROUP,
+    GITHUB_CHECK_RELAY_GROUP,
+    LOG,
+    NOTIFY_RELAY_GROUP,
+    SPECULATE,
+    VALIDATE,
+    EntityMsg,
+)
 from app.queue import Broker, backend_for_url
 from tests.conftest import BACKENDS
 
@@ -90,3 +99,33 @@ async def test_speculate_wake_ups_are_refused_inside_a_transaction(database_url:
                 await outbox.publish(SPECULATE, EntityMsg(id="q/batch/1", queue="q"),
                                      message_id="q/batch/1")
         assert await deps.broker.find_messages(SPECULATE, "q/batch/1") == []
+
+
+class _Endpoint:
+    name, format, public_url = "team", "json", ""
+    events = frozenset({"landed"})
+
+
+async def test_a_relay_group_gets_no_delivery_of_an_entry_it_would_not_relay(
+        database_url: str) -> None:
+    """The taps' publish-time filters (``install_filters``): on a queue with no
+    notification endpoint and no check-runs, a log entry is delivered to the gateway's
+    group only, in a transaction or alone; an endpoint's queue relays what it notifies."""
+    queues = {"quiet": SimpleNamespace(notify=(), github_check=None),
+              "loud": SimpleNamespace(notify=(_Endpoint(),), github_check=None)}
+    async with world(database_url) as deps:
+        deps.extensions = lambda q: cast(Any, queues[q])
+        install_filters(deps.broker.topology, deps)
+        landed = [status_log(q, f"{q}/1", "landed", now=1, version=3) for q in queues]
+        started = [status_log(q, f"{q}/1", "started", now=1) for q in queues]
+        async with deps.transaction() as (_, outbox):
+            await outbox.logs(landed)
+        await deps.publish_logs(started)
+
+        (topic,) = [t for t in await deps.broker.stats() if t.topic == LOG]
+        depth = {g.consumer_group: g.depth for g in topic.groups}
+        assert depth.get(GATEWAY_LOG_GROUP) == 4
+        assert depth.get(NOTIFY_RELAY_GROUP, 0) == 1
+        assert depth.get(GITHUB_CHECK_RELAY_GROUP, 0) == 0
+        (relayed,) = await deps.broker.claim(NOTIFY_RELAY_GROUP, LOG, 10)
+        assert json.loads(relayed.message.payload_json)["log_id"] == landed[1].log_id

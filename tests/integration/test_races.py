@@ -231,8 +231,8 @@ async def test_two_folds_of_one_request_end_with_the_terminal_status(
         async with db.write() as s:
             await log_repo.create_summary(s, queue=QUEUE, request_id=LANDED.request_id,
                                           change_uris=["uri-1"], received_at_ms=0)
-        reading = hook(monkeypatch, log_repo, "find_summary", pause="exit")
-        writes = hook(monkeypatch, log_repo, "update_summary_status")
+        reading = hook(monkeypatch, log_repo, "summaries_of", pause="exit")
+        writes = hook(monkeypatch, log_repo, "write_summary")
         first = asyncio.create_task(log_repo.persist_log(db, paused))
         await reading.reached()  # inside its transaction: summary read, not yet written
         await log_repo.persist_log(db, other)

@@ -329,3 +329,43 @@ async def test_list_is_newest_first_with_keyset_pages_and_filters(db: Database) 
             Q: {"accepted": 4, "cancelling": 1}}
         assert await repo.counts_by_status(s, queues=["other"]) == {}
 
+
+
+async def test_folding_entries_together_is_folding_them_one_by_one_in_few_statements(
+        db: Database) -> None:
+    """``persist_logs``: the same summaries, history and return values as ``persist_log``
+    entry by entry (an older status loses, an event is kept, a repeat is stored once),
+    in one statement appending, one reading and one write per summary changed."""
+    def entries(a: str, b: str) -> list[RequestLog]:
+        return [status(a, "started", 10), status(b, "started", 11),
+                status(a, "validating", 12, 1), event(a, "building", 13, "b-1"),
+                status(a, "started", 9), status(b, "validating", 14, 1),
+                status(a, "validating", 12, 1), status(a, "landed", 15, 2,
+                                                        metadata={"k": "v"})]
+
+    async def state(sqids: tuple[str, ...]) -> list[object]:
+        async with db.read() as s:
+            out: list[object] = []
+            for sqid in sqids:
+                summary = await repo.find_summary(s, queue=Q, request_id=sqid)
+                assert summary is not None
+                out.append((summary.status, summary.version, summary.metadata))
+                out.append([e.log_id for e in await repo.history(s, queue=Q, request_id=sqid)])
+            return out
+
+    alone = (await make_request(db, 1), await make_request(db, 2))
+    together = (await make_request(db, 3), await make_request(db, 4))
+    one_by_one = [await repo.persist_log(db, e) for e in entries(*alone)]
+    before = sum(db.stats.statements.values())
+    folded = await repo.persist_logs(db, entries(*together))
+    spent = sum(db.stats.statements.values()) - before
+
+    def shape(results: list[object]) -> list[object]:
+        return [None if r is None else (r.status, r.version) for r in results]  # type: ignore[attr-defined]
+
+    assert shape(list(folded)) == shape(list(one_by_one))
+    renamed = [str(x).replace(f"{Q}/1", f"{Q}/3").replace(f"{Q}/2", f"{Q}/4")
+               for x in await state(alone)]
+    assert [str(x) for x in await state(together)] == renamed
+    # BEGIN, one INSERT, one SELECT, two UPDATEs (one per request), the landed claims read
+    assert spent <= 6, db.stats.statements

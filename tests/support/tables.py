@@ -61,3 +61,30 @@ def table_tests(table: StateTable, controller: Callable[[Any], Any], topic: str,
         await run_redelivery(rig, controller(rig.deps), topic, case)
 
     return test_row, test_crash, test_duplicate
+
+
+def filter_test(table: StateTable, wants: Callable[[Any, Any], bool]) -> TestFn:
+    """A tap's publish-time filter (``Topology.filter``) against its relay's table: it
+    wants every message of a row the relay publishes for (so no relay is starved), and
+    refuses the well-formed log entries of every row the relay publishes nothing for
+    (the deliveries it saves). Malformed payloads may go either way: the relay acks them."""
+    from pydantic import ValidationError
+
+    from app.domain.messages import LogMsg
+
+    @pytest.mark.parametrize("database_url", CONTROLLER_ONLY, indirect=True)
+    @pytest.mark.parametrize("case", table.cases, ids=lambda c: c.id)
+    async def test_filter(rig: Rig, case: Case) -> None:
+        seeded = await case.seed(rig)
+        payload = case.payload(seeded) if callable(case.payload) else case.payload
+        assert case.published is not None, "a relay's rows say what they publish"
+        if case.published:
+            assert wants(rig.deps, payload), "the relay would publish: it must be delivered"
+            return
+        try:
+            LogMsg.model_validate(payload)
+        except ValidationError:
+            return
+        assert not wants(rig.deps, payload), "the relay publishes nothing: no delivery"
+
+    return test_filter

@@ -45,3 +45,21 @@ def test_named_parameters_become_positional_once_each() -> None:
     sql, order = to_positional("SELECT :a, :b::text, :a, x::int FROM t WHERE y = :c")
     assert sql == "SELECT $1, $2::text, $1, x::int FROM t WHERE y = $3"
     assert order == ["a", "b", "c"]
+
+
+def test_a_group_filter_decides_who_gets_a_message_and_a_failing_one_delivers() -> None:
+    topo = Topology()
+    topo.declare(TopicSpec("log"))
+    for g in ("gateway", "relay", "fragile"):
+        topo.subscribe("log", g)
+    topo.filter("log", "relay", lambda payload: payload.get("queue") == "loud")
+
+    def broken(payload: object) -> bool:
+        raise KeyError("a filter's bug")
+
+    topo.filter("log", "fragile", broken)
+    assert topo.groups_for("log", {"queue": "loud"}) == ["fragile", "gateway", "relay"]
+    assert topo.groups_for("log", {"queue": "quiet"}) == ["fragile", "gateway"]
+    assert topo.groups("log") == ["fragile", "gateway", "relay"]  # subscriptions unchanged
+    with pytest.raises(ValueError, match="not subscribed"):
+        topo.filter("log", "nobody", lambda _p: True)

@@ -213,12 +213,7 @@ async def actor_usage(
 
 async def append_log(session: AsyncSession, *, entry: RequestLog) -> bool:
     """Store one history row once per ``(queue, request_id, log_id)``; True if inserted."""
-    result = await session.execute(insert_ignore(session, log_t).values(
-        queue=entry.queue, request_id=entry.request_id, log_id=entry.log_id,
-        timestamp_ms=entry.timestamp_ms, type=entry.type.value, status=entry.status,
-        event=entry.event, request_version=entry.request_version,
-        last_error=entry.last_error, metadata_json=_dumps(entry.metadata),
-    ))
+    result = await session.execute(insert_ignore(session, log_t).values(**_log_row(entry)))
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
@@ -240,33 +235,44 @@ STICKY = ("origin",)
 async def update_summary_status(
     session: AsyncSession, *, summary: RequestSummary, entry: RequestLog
 ) -> RequestSummary:
-    """Conditionally write ``entry``'s status onto ``summary`` (version + 1). The entry's
-    metadata replaces the summary's, except that a repeat of the same status at the
-    same request version (a repair) keeps the keys it does not carry, so a landed
-    request's ``commits`` survive a bare re-publication of ``landed``; and the keys of
-    ``STICKY`` (set at acceptance, about the request rather than a status) always stay."""
+    """Conditionally write ``entry``'s status onto ``summary`` (``folded_summary``,
+    version + 1)."""
+    new = folded_summary(summary, entry)
+    await write_summary(session, old_version=summary.version, new=new)
+    return new
+
+
+def folded_summary(summary: RequestSummary, entry: RequestLog) -> RequestSummary:
+    """``summary`` with ``entry``'s status (version + 1). The entry's metadata replaces
+    the summary's, except that a repeat of the same status at the same request version
+    (a repair) keeps the keys it does not carry, so a landed request's ``commits``
+    survive a bare re-publication of ``landed``; and the keys of ``STICKY`` (set at
+    acceptance, about the request rather than a status) always stay."""
     metadata = {k: summary.metadata[k] for k in STICKY if k in summary.metadata}
     metadata.update(entry.metadata)
     if (entry.status, entry.request_version) == (summary.status, summary.request_version):
         metadata = {**summary.metadata, **metadata}
-    new = RequestSummary(
+    return RequestSummary(
         queue=summary.queue, request_id=summary.request_id, change_uris=summary.change_uris,
         received_at_ms=summary.received_at_ms, status=entry.status,
         request_version=entry.request_version, status_timestamp_ms=entry.timestamp_ms,
         version=summary.version + 1, last_error=entry.last_error, metadata=metadata,
         submitted_by=summary.submitted_by,
     )
+
+
+async def write_summary(session: AsyncSession, *, old_version: int,
+                         new: RequestSummary) -> None:
     await conditional_update(
         session, sum_t,
-        key={"queue": summary.queue, "request_id": summary.request_id},
-        old_version=summary.version, new_version=new.version,
+        key={"queue": new.queue, "request_id": new.request_id},
+        old_version=old_version, new_version=new.version,
         values={
             "status": new.status, "request_version": new.request_version,
             "status_timestamp_ms": new.status_timestamp_ms, "last_error": new.last_error,
             "metadata_json": _dumps(new.metadata),
         },
     )
-    return new
 
 
 def check_entry(entry: RequestLog) -> None:
@@ -310,7 +316,7 @@ async def persist_log(db: Database, entry: RequestLog) -> RequestSummary | None:
     for attempt in range(1, PERSIST_ATTEMPTS + 1):
         try:
             async with db.write() as session:
-                return await _fold(session, entry)
+                return (await _fold(session, [entry]))[0]
         except VersionMismatch:
             if attempt == PERSIST_ATTEMPTS:
                 raise
@@ -327,20 +333,62 @@ async def persist_logs(db: Database, entries: Sequence[RequestLog]
     for entry in entries:
         check_entry(entry)
     async with db.write() as session:
-        return [await _fold(session, entry) for entry in entries]
+        return await _fold(session, entries)
 
 
-async def _fold(session: AsyncSession, entry: RequestLog) -> RequestSummary | None:
-    """Append ``entry`` and fold it into its summary in ``session``: the summary as it
-    was before when the entry won, else None."""
-    await append_log(session, entry=entry)
-    summary = await find_summary(session, queue=entry.queue, request_id=entry.request_id)
-    if summary is None:
-        raise NotFound(f"request {entry.request_id!r} does not exist in queue {entry.queue!r}")
-    won = entry_wins(entry, summary)
-    folded = summary
-    if won:
-        folded = await update_summary_status(session, summary=summary, entry=entry)
-    if entry.type is LogType.STATUS and entry.status in _TERMINAL_STATUSES:
-        await claims.settle(session, summary=folded)
-    return summary if won else None
+async def _fold(session: AsyncSession, entries: Sequence[RequestLog]
+                ) -> list[RequestSummary | None]:
+    """Append ``entries`` and fold them, in order, into their summaries in ``session``:
+    for each, the summary as it was before it when it won, else None. One statement
+    appends them all and one reads their summaries; each summary is then written once,
+    conditional on the version read (its version grows by one per winning entry), and
+    each terminal entry settles its request's claims with the summary as folded then."""
+    await _append_logs(session, entries)
+    stored = await summaries_of(session, {(e.queue, e.request_id) for e in entries})
+    current = dict(stored)
+    out: list[RequestSummary | None] = []
+    settled: list[RequestSummary] = []
+    for entry in entries:
+        summary = current.get((entry.queue, entry.request_id))
+        if summary is None:
+            raise NotFound(f"request {entry.request_id!r} does not exist in queue "
+                           f"{entry.queue!r}")
+        won = entry_wins(entry, summary)
+        if won:
+            current[(entry.queue, entry.request_id)] = folded_summary(summary, entry)
+        out.append(summary if won else None)
+        if entry.type is LogType.STATUS and entry.status in _TERMINAL_STATUSES:
+            settled.append(current[(entry.queue, entry.request_id)])
+    for key, new in current.items():
+        if new is not stored[key]:
+            await write_summary(session, old_version=stored[key].version, new=new)
+    for summary in settled:
+        await claims.settle(session, summary=summary)
+    return out
+
+
+async def _append_logs(session: AsyncSession, entries: Sequence[RequestLog]) -> None:
+    """Store the history rows once per ``(queue, request_id, log_id)``, in order."""
+    await session.execute(insert_ignore(session, log_t).values([_log_row(e) for e in entries]))
+
+
+def _log_row(entry: RequestLog) -> dict[str, Any]:
+    return {"queue": entry.queue, "request_id": entry.request_id, "log_id": entry.log_id,
+            "timestamp_ms": entry.timestamp_ms, "type": entry.type.value,
+            "status": entry.status, "event": entry.event,
+            "request_version": entry.request_version, "last_error": entry.last_error,
+            "metadata_json": _dumps(entry.metadata)}
+
+
+async def summaries_of(session: AsyncSession, keys: set[tuple[str, str]]
+                     ) -> dict[tuple[str, str], RequestSummary]:
+    """The stored summaries of ``keys`` (``(queue, request_id)``), one statement per queue."""
+    out: dict[tuple[str, str], RequestSummary] = {}
+    for queue in sorted({q for q, _ in keys}):
+        ids = sorted(r for q, r in keys if q == queue)
+        rows = (await session.execute(sa.select(sum_t).where(
+            sum_t.c.queue == queue, sum_t.c.request_id.in_(ids)))).all()
+        for row in rows:
+            summary = _summary_from_row(row)
+            out[(summary.queue, summary.request_id)] = summary
+    return out

@@ -1,7 +1,7 @@
 """``gateway_log``'s state table, row by row (app/controllers/gateway_log.py).
 
 Its world is the gateway's tables: a request's summary and history. The race row is
-constructed directly: ``find_summary`` is patched to hand ``persist_log`` the summary as
+constructed directly: ``summaries_of`` is patched to hand ``persist_log`` the summary as
 it was before another writer's committed fold.
 """
 
@@ -65,18 +65,24 @@ def raced(concurrent: RequestLog, *, times: int = 1) -> Seed:
         stale = await rig.get_summary(1)
         await log_repo.persist_log(rig.db, concurrent)
         rig.stack.enter_context(mock.patch.object(
-            log_repo, "find_summary", new=StaleReads(log_repo.find_summary, stale, times)))
+            log_repo, "summaries_of", new=StaleReads(log_repo.summaries_of, stale, times)))
     return seed
 
 
 class StaleReads:
-    def __init__(self, real: Callable[..., Awaitable[RequestSummary | None]],
+    """``summaries_of`` that answers ``stale`` for its first ``times`` calls."""
+
+    def __init__(self, real: Callable[..., Awaitable[dict[tuple[str, str], RequestSummary]]],
                  stale: RequestSummary | None, times: int) -> None:
         self.real, self.stale, self.times, self.calls = real, stale, times, 0
 
-    async def __call__(self, session: Any, **kwargs: Any) -> RequestSummary | None:
+    async def __call__(self, session: Any, keys: set[tuple[str, str]]
+                       ) -> dict[tuple[str, str], RequestSummary]:
         self.calls += 1
-        return self.stale if self.calls <= self.times else await self.real(session, **kwargs)
+        if self.calls > self.times:
+            return await self.real(session, keys)
+        s = self.stale
+        return {} if s is None else {(s.queue, s.request_id): s}
 
 
 def folded(status: str, version: int, *, request_version: int, at_ms: int,
@@ -86,8 +92,8 @@ def folded(status: str, version: int, *, request_version: int, at_ms: int,
     observer was told: the summary before the fold (``(status, version)``) or None."""
     async def check(rig: Rig) -> None:
         if reads is not None:  # before this check reads the summary itself
-            assert isinstance(log_repo.find_summary, StaleReads)
-            assert log_repo.find_summary.calls == reads
+            assert isinstance(log_repo.summaries_of, StaleReads)
+            assert log_repo.summaries_of.calls == reads
         s = await rig.get_summary(1)
         assert s is not None
         assert (s.status, s.version, s.request_version, s.status_timestamp_ms, s.last_error,
@@ -113,8 +119,8 @@ async def not_folded(rig: Rig) -> None:
 
 async def gave_up(rig: Rig) -> None:
     await not_folded(rig)
-    assert isinstance(log_repo.find_summary, StaleReads)
-    assert log_repo.find_summary.calls == log_repo.PERSIST_ATTEMPTS
+    assert isinstance(log_repo.summaries_of, StaleReads)
+    assert log_repo.summaries_of.calls == log_repo.PERSIST_ATTEMPTS
 
 
 S = "demo/1/started"

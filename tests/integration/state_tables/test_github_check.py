@@ -34,7 +34,7 @@ from tests.support.controllers import (
     status_entry,
 )
 from tests.support.dead_letters import DeadLetters, checks_on
-from tests.support.tables import table_tests
+from tests.support.tables import filter_test, table_tests
 
 ACCEPTED = status_entry(1, "accepted")
 LANDED = status_entry(1, "landed", request_version=5)
@@ -111,6 +111,8 @@ RELAY = StateTable(github_check, [
 (test_relay_row, test_relay_crash_before_publishing_is_repaired,
  test_relay_duplicate_delivery_writes_nothing) = table_tests(
     RELAY, GitHubCheckRelayController, "log")
+
+test_the_relay_groups_filter_delivers_what_it_relays_only = filter_test(RELAY, github_check.wants)
 
 
 # --- the writer ----------------------------------------------------------------------

@@ -30,7 +30,7 @@ from tests.support.controllers import (
     status_entry,
 )
 from tests.support.dead_letters import DeadLetters, checks_on
-from tests.support.tables import table_tests
+from tests.support.tables import filter_test, table_tests
 
 PUBLIC = "https://sq.example.com"
 LANDED = status_entry(1, "landed", request_version=5, metadata={"batch_id": "demo/batch/1",
@@ -142,6 +142,8 @@ async def test_relay_acks_a_message_that_is_not_json(rig: Rig) -> None:
 
 (test_relay_row, test_relay_crash_before_publishing_is_repaired,
  test_relay_duplicate_delivery_writes_nothing) = table_tests(RELAY, NotifyRelayController, "log")
+
+test_the_relay_groups_filter_delivers_what_it_relays_only = filter_test(RELAY, notify.wants)
 
 
 # --- the sender ----------------------------------------------------------------------
