@@ -19,7 +19,8 @@ Pre-step on the message's batch:
 
 | Loaded state | Relative to checkpoint | Action |
 |---|---|---|
-| batch terminal, some member not terminal | at | re-publish ``conclude`` (repair, a unique id: whichever stage concluded it, its conclusion did not finish) |
+| batch terminal for less than ``CONCLUSION_GRACE_MS``, some member not terminal | at | nothing: its conclusion is in flight (the stage that wrote it published ``conclude`` with it; the wake-up after a merge usually arrives first) |
+| batch terminal for longer, some member not terminal | at | re-publish ``conclude`` (repair, a unique id: whichever stage concluded it, its conclusion did not finish) |
 | batch terminal, every member terminal | beyond | nothing |
 | batch ``created`` | before | admit: log ``speculating`` per member, conditional write ``speculating`` |
 | batch ``merging`` | at | re-dispatch the merge (``speculated`` logs + ``merge``, same ids). The replayed log names only the batch: which path the run merged on (and a bypass's details) is not stored, so it is missing from the history when a crash lost the run's own log; else the queue keeps the run's |
@@ -110,6 +111,10 @@ from app.speculation.planner import CoveragePolicy, Plan, PlanInput, plan
 log = logging.getLogger("submitqueue.controllers")
 
 ACTIVE = (BatchState.CREATED, BatchState.SPECULATING, BatchState.MERGING, BatchState.CANCELLING)
+# A terminal batch's members are concluded by the ``conclude`` its stage published with
+# it; the pre-step repairs that conclusion only when it is older than this, so the
+# wake-up that follows every merge does not send a second ``conclude`` beside the first.
+CONCLUSION_GRACE_MS = 60_000
 DEFAULT_MEAN_BUILD_MS = 600_000.0  # until this process has seen a build of the queue end
 DURATION_WEIGHT = 0.2  # weight of the newest build in the running mean
 
@@ -184,7 +189,8 @@ class SpeculateController:
             batch = await batch_repo.get(s, queue=msg.queue, id=msg.id)
             members = await request_repo.get_many(s, queue=msg.queue, ids=batch.contains)
         if batch.state.terminal:
-            if any(not m.state.terminal for m in members.values()):
+            settled = self.deps.now() - batch.updated_at_ms >= CONCLUSION_GRACE_MS
+            if settled and any(not m.state.terminal for m in members.values()):
                 await self._conclude(batch, message_id=unique_id(f"{batch.id}/conclude/repair"))
         elif batch.state is BatchState.CREATED:
             await self._admit(batch)

@@ -191,6 +191,12 @@ async def test_a_request_dead_letter_while_conclude_lands_it_is_left_to_the_batc
         landing = hook(monkeypatch, conclude_module, "terminate_request", pause="entry")
         sqid = await server.land(change("concluding", files="a/x.py"))
         await landing.reached()  # conclude read the batch ``succeeded``
+        # The wake-up the merge sent beside its conclusion has run; it sent no second
+        # conclusion (it used to: a repair that could land the request under the test).
+        await until("speculate idle", lambda: idle(server, m.SPECULATE))
+        concluding = await server.runtime.broker.list_messages(m.CONCLUDE, unsettled_only=False)
+        assert [c.message_id for c in concluding] == [
+            f"{(await the_batch(server, sqid)).id}/conclude/merged"]
         assert (await request_row(server, sqid)).state is RequestState.BATCHED
         outcome = await reconcile(server, m.VALIDATE, sqid)
         assert (outcome.action, outcome.changed) == ("owned_by_batch", False), outcome

@@ -61,9 +61,10 @@ def msg(n: int) -> dict[str, Any]:
 
 
 def queue(*batches: B, budget: int | None = None, coverage: bool = False,
-          moved: bool = False) -> Seed:
-    """The batches; with ``moved``, the merger found the target moved outside the queue
-    once (trunk epoch 1), after every seeded build was triggered (epoch 0)."""
+          moved: bool = False, written_ms: int = T0) -> Seed:
+    """The batches, written at ``written_ms``; with ``moved``, the merger found the
+    target moved outside the queue once (trunk epoch 1), after every seeded build was
+    triggered (epoch 0)."""
     async def seed(rig: Rig) -> None:
         if moved:
             async with rig.db.write() as s:
@@ -74,7 +75,7 @@ def queue(*batches: B, budget: int | None = None, coverage: bool = False,
         if coverage:
             rig.configure(speculation=SpeculationConfig(coverage=True,
                                                         coverage_min_remaining=0))
-        rig.broker.now_ms = T0
+        rig.broker.now_ms = written_ms
         for b in batches:
             req = await rig.request(b.n, b.member, version=3)
             await rig.batch(b.n, b.state, [req], version=2, failure_reason=b.reason,

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from app.controllers import speculate
-from app.controllers.speculate import SpeculateController
+from app.controllers.speculate import CONCLUSION_GRACE_MS, SpeculateController
 from app.db.repos import batches as batch_repo
 from app.db.repos import epochs as epoch_repo
 from app.db.repos import freezes as freeze_repo
@@ -81,7 +81,8 @@ FAILED_BY = f"{NO_PATH_PASSED}; last builds: build-1 (failed, {URL})"
 LOST_BY = f"{NO_PATH_PASSED}; last builds: build-1 (errored after 5 attempts, {URL})"
 NO_CI = ("no_ci_started: none of the required checks (test) appeared on sq/demo/p-5 within "
          "600 s")
-TERMINAL_LIVE = "batch terminal, some member not terminal"
+TERMINAL_LIVE = "batch terminal for longer, some member not terminal"
+IN_FLIGHT = "batch terminal for less than ``CONCLUSION_GRACE_MS``, some member not terminal"
 OUTDATED = ("``speculating``, a path passed or building in an older trunk epoch (its build "
             "ran on a tip the target no longer has: it moved outside the queue)")
 NOTHING_YET = "batch ``creating`` / ``speculating`` / ``cancelling``"
@@ -106,6 +107,12 @@ TABLE = StateTable(speculate, [
            published=[repair(1)], writes_nothing=True, check=conclusion(1, why))
       for st, why in [(BatchState.SUCCEEDED, ""), (BatchState.FAILED, "no path passed"),
                       (BatchState.CANCELLED, "cancelled by request")]],
+    # The wake-up after a merge usually runs before the merge's own conclusion ends:
+    # no second ``conclude`` beside the one in flight.
+    *[Case(IN_FLIGHT, queue(B(1, st), written_ms=NOW_MS - CONCLUSION_GRACE_MS + 1_000),
+           msg(1), name=f"{st.value}-left-to-its-conclusion", published=[],
+           writes_nothing=True)
+      for st in (BatchState.SUCCEEDED, BatchState.FAILED, BatchState.CANCELLED)],
     Case(TERMINAL_LIVE, queue(B(1, BatchState.CANCELLED, member=RequestState.CANCELLING)),
          msg(1), name="cancelling-member-reconcluded", published=[repair(1)],
          writes_nothing=True),
@@ -228,7 +235,7 @@ def test_every_documented_row_has_a_case() -> None:
 
 def test_both_tables_are_read() -> None:
     rows = TABLE.rows()
-    assert "batch missing" in rows and "``merging``" in rows and len(rows) == 12
+    assert "batch missing" in rows and "``merging``" in rows and len(rows) == 13
 
 
 @pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
