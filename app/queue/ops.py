@@ -9,6 +9,7 @@ statement (data-modifying CTEs doing the same steps), so they cost one round tri
 
 from __future__ import annotations
 
+import json
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -74,8 +75,12 @@ def insert_messages(
         if lock is not None:
             yield lock
     seqs: list[int | None] = []
-    for item in items:
-        seqs.append((yield from _insert_one(d, item, now=now)))
+    if len(items) == 1:
+        seqs.append((yield from _insert_one(d, items[0], now=now)))
+    else:
+        for start in range(0, len(items), _ROWS_PER_STATEMENT):
+            chunk = items[start:start + _ROWS_PER_STATEMENT]
+            seqs.extend((yield from _insert_many(d, chunk, now=now)))
     for topic in sorted({i.message.topic for i in items if i.groups and notify}):
         stmt = d.notify(topic)
         if stmt is not None:
@@ -167,6 +172,71 @@ def _insert_one(d: Dialect, item: Publication, *, now: int) -> Op[int | None]:
         yield from insert_delivery(d, group=group, topic=msg.topic, pk=msg.partition_key,
                                    seq=seq, now=now)
     return seq
+
+
+# Several messages: one statement stores them all and one creates all their
+# deliveries, whatever their number (a transaction's outbox often holds a dozen). The
+# rows travel as one JSON array (SQLite) or one array per column (PostgreSQL), so the
+# statement's text is the same for every count. Rows are inserted in the order given,
+# so ids follow it; a duplicate (stored before, or earlier in the same list) gets none.
+_ROWS_PER_STATEMENT = 500
+_MESSAGE_FIELDS = ("topic", "pk", "mid", "sg", "payload", "md", "now", "settled", "parked",
+                   "orig", "failed_at", "fcount", "lerr", "fdetail")
+_PG_MESSAGE_TYPES = ("text", "text", "text", "text", "text", "text", "bigint", "bigint",
+                     "int", "text", "bigint", "int", "text", "text")
+_DELIVERY_FIELDS = ("g", "t", "pk", "seq")
+_PG_DELIVERY_TYPES = ("text", "text", "text", "bigint")
+_MESSAGE_KEY_COLUMNS = "seq, topic, partition_key, message_id, source_group"
+
+
+def _rows_source(d: Dialect, fields: Sequence[str], types: Sequence[str],
+                 extra: str = "") -> str:
+    """A ``SELECT`` of the bound rows, one column per field and then ``extra``, in the
+    rows' order (``WHERE true``: SQLite's upsert needs one after a ``SELECT``)."""
+    if d.is_postgres:
+        arrays = ", ".join(f"CAST(:{f} AS {t}[])" for f, t in zip(fields, types, strict=True))
+        columns = ", ".join(f"r.{f}" for f in fields)
+        return (f"SELECT {columns}{extra} FROM unnest({arrays}) WITH ORDINALITY "
+                f"AS r({', '.join(fields)}, o) WHERE true ORDER BY r.o")
+    columns = ", ".join(f"json_extract(value, '$[{i}]')" for i in range(len(fields)))
+    return f"SELECT {columns}{extra} FROM json_each(:rows) WHERE true ORDER BY key"
+
+
+def _rows_params(d: Dialect, fields: Sequence[str],
+                 rows: Sequence[Sequence[Any]]) -> dict[str, Any]:
+    if d.is_postgres:
+        return {f: [r[i] for r in rows] for i, f in enumerate(fields)}
+    return {"rows": json.dumps([list(r) for r in rows], separators=(",", ":"))}
+
+
+def _insert_many(d: Dialect, items: Sequence[Publication], *, now: int) -> Op[list[int | None]]:
+    values = [_message_params(item, now) for item in items]
+    insert = _INSERT_MESSAGE.format(
+        source=_rows_source(d, _MESSAGE_FIELDS, _PG_MESSAGE_TYPES)
+    ).replace("RETURNING seq", f"RETURNING {_MESSAGE_KEY_COLUMNS}")
+    rows = yield Stmt(insert, _rows_params(
+        d, _MESSAGE_FIELDS, [[v[f] for f in _MESSAGE_FIELDS] for v in values]))
+    stored = {(r["topic"], r["partition_key"], r["message_id"], r["source_group"]):
+              int(r["seq"]) for r in rows}
+    seqs: list[int | None] = []
+    deliveries: list[tuple[str, str, str, int]] = []
+    for item in items:
+        msg = item.message
+        seq = stored.pop((msg.topic, msg.partition_key, msg.message_id, msg.source_group), None)
+        seqs.append(seq)
+        if seq is not None:
+            deliveries += [(g, msg.topic, msg.partition_key, seq) for g in item.groups]
+    if deliveries:
+        source = _rows_source(d, _DELIVERY_FIELDS, _PG_DELIVERY_TYPES, ", :now, 0, 0, :now")
+        yield Stmt(
+            f"""INSERT INTO queue_deliveries
+                 (consumer_group, topic, partition_key, message_seq, available_at_ms,
+                  attempts, held, created_at_ms)
+               {source}
+               ON CONFLICT (consumer_group, message_seq) DO NOTHING""",
+            {**_rows_params(d, _DELIVERY_FIELDS, deliveries), "now": now},
+        )
+    return seqs
 
 
 def notify_alone(d: Dialect, topics: Sequence[str]) -> Op[None]:

@@ -129,3 +129,40 @@ async def test_a_relay_group_gets_no_delivery_of_an_entry_it_would_not_relay(
         assert depth.get(GITHUB_CHECK_RELAY_GROUP, 0) == 0
         (relayed,) = await deps.broker.claim(NOTIFY_RELAY_GROUP, LOG, 10)
         assert json.loads(relayed.message.payload_json)["log_id"] == landed[1].log_id
+
+
+async def test_many_messages_take_two_statements_and_keep_their_order_and_dedup(
+        database_url: str) -> None:
+    """A transaction's outbox of many messages is stored by one statement and its
+    deliveries by another (plus PostgreSQL's partition lock and NOTIFY), whatever the
+    count; ids follow the order given; a message stored before and one repeated in the
+    list are duplicates; payloads arrive byte for byte; every group gets its delivery."""
+    async with world(database_url) as deps:
+        async with deps.transaction() as (_, outbox):
+            await outbox.publish(VALIDATE, EntityMsg(id="q/0", queue="q"), message_id="q/0")
+        items = [(VALIDATE, EntityMsg(id=f"q/{n}", queue="q"), f"q/{n}") for n in range(13)]
+        items.insert(6, items[3])
+        tricky = "quote \" back\\slash ' é ✓ \n {\"json\": [1]}"
+        entries = [status_log("q", f"q/{n}", "landed", now=1, version=3, last_error=tricky)
+                   for n in range(3)]
+        async with deps.transaction() as (_, outbox):
+            before = sum(deps.db.stats.statements.values())
+            results = await outbox.publish_many(items)
+            assert sum(deps.db.stats.statements.values()) - before <= (
+                4 if deps.db.dialect == "postgresql" else 2)
+            await outbox.logs(entries)
+
+        assert [r.created for r in results] == [False] + [True] * 5 + [False] + [True] * 7
+        seqs = [r.seq for r in results if r.seq is not None]
+        assert seqs == sorted(seqs) and len(set(seqs)) == 12
+        stored_seqs = [(await deps.broker.find_messages(VALIDATE, f"q/{n}"))[0].seq
+                       for n in range(1, 13)]
+        assert stored_seqs == seqs
+        (spec,) = [t for t in await deps.broker.stats() if t.topic == VALIDATE]
+        assert [g.depth for g in spec.groups] == [13]
+        (log_topic,) = [t for t in await deps.broker.stats() if t.topic == LOG]
+        assert {g.consumer_group: g.depth for g in log_topic.groups} == {
+            GATEWAY_LOG_GROUP: 3, NOTIFY_RELAY_GROUP: 3, GITHUB_CHECK_RELAY_GROUP: 3}
+        for entry in entries:
+            (stored,) = await deps.broker.find_messages(LOG, entry.log_id)
+            assert json.loads(stored.payload_json)["last_error"] == tricky
