@@ -57,12 +57,16 @@ FORMING_RECHECK_MS = 250  # a batch waiting for more requests looks again this o
 
 
 class DependencyAnalysisController(StageController):
-    """Each analysis reads every batch in flight and its changes: rows unchanged since
-    this process's previous analysis of the queue are not parsed again (``Memo``)."""
+    """Each analysis reads every batch in flight: rows unchanged since this process's
+    previous analysis of the queue are not parsed again (``Memo``). The files a batch in
+    flight touches are read once per process: a batch's members are fixed once it is
+    ``created`` and a change's details once it is validated, so they are kept by batch
+    id and members (``_files``) and only the batches not seen before are read."""
 
     def __init__(self, deps: Deps) -> None:
         super().__init__(deps)
         self._memo: dict[str, tuple[Memo[Batch], Memo[ChangeDetails]]] = {}
+        self._files: dict[str, dict[tuple[str, tuple[str, ...]], BatchChanges]] = {}
 
     def _memos(self, queue: str) -> tuple[Memo[Batch], Memo[ChangeDetails]]:
         memos = self._memo.setdefault(queue, (Memo(), Memo()))
@@ -124,9 +128,11 @@ class DependencyAnalysisController(StageController):
             batch_memo, details_memo = self._memos(q)
             in_flight = await batch_repo.list_by_states(s, queue=q, states=IN_FLIGHT,
                                                         memo=batch_memo)
+            known = self._files_in_flight(q, in_flight)
             details = await change_repo.details_for(
-                s, queue=q, request_ids=[*batch.contains, *(m for b in in_flight
-                                                            for m in b.contains)],
+                s, queue=q, request_ids=[*batch.contains, *(
+                    m for b in in_flight if (b.id, b.contains) not in known
+                    for m in b.contains)],
                 memo=details_memo)
         # A bisection part's members are ``batched`` already (by the failed batch).
         part = any(batching.parent_of(q, c) for c in causes)
@@ -144,8 +150,13 @@ class DependencyAnalysisController(StageController):
             return BatchChanges(b.id, tuple(f.path for m in b.contains
                                             for d in details.get(m, []) for f in d.changed_files))
 
+        for b in in_flight:
+            if (b.id, b.contains) not in known:
+                known[(b.id, b.contains)] = files(b)
+        known[(batch.id, batch.contains)] = mine = files(batch)  # in flight once created
         analyzer = self.deps.extensions(q).analyzer
-        conflicts = set(analyzer.analyze(files(batch), [files(b) for b in in_flight]))
+        conflicts = set(analyzer.analyze(mine, [known[(b.id, b.contains)]
+                                                for b in in_flight]))
         deps, overtakes = place(batch, [b for b in in_flight if b.id in conflicts],
                                 {b.id: b.dependencies for b in in_flight})
         now = self.deps.now()
@@ -161,6 +172,14 @@ class DependencyAnalysisController(StageController):
             await batch_repo.update(s, old=batch, new=created, now_ms=now)
             await outbox.logs(self._batched(created, at_ms=created.updated_at_ms))
         return created
+
+    def _files_in_flight(self, queue: str, in_flight: list[Batch]
+                         ) -> dict[tuple[str, tuple[str, ...]], BatchChanges]:
+        """The queue's kept files, without the batches no longer in flight."""
+        live = {(b.id, b.contains) for b in in_flight}
+        kept = self._files.get(queue, {})
+        self._files[queue] = kept = {k: v for k, v in kept.items() if k in live}
+        return kept
 
     async def _log_batched(self, batch: Batch, *, at_ms: int) -> None:
         await self.deps.publish_logs(self._batched(batch, at_ms=at_ms))

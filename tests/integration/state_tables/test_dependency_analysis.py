@@ -262,3 +262,29 @@ def test_every_documented_row_has_a_case() -> None:
 
 test_row, test_crash_before_publishing_is_repaired, test_a_duplicate_delivery_writes_nothing = (
     table_tests(TABLE, DependencyAnalysisController, "dependency_analysis"))
+
+
+async def test_a_batch_in_flight_has_its_files_read_once_per_process(rig: Rig) -> None:
+    """Batch 5 is analysed, then batch 7 by the same controller: the second analysis
+    reads the change details of batch 7's member only (batches 1, 2 and 5 are kept by
+    id and members), and still finds every conflict, batch 5's included."""
+    await world(BatchState.CREATING, ahead=[(BatchState.SPECULATING, "a/x.py"),
+                                            (BatchState.CREATED, "c/y.py")])(rig)
+    controller = DependencyAnalysisController(rig.deps)
+    await controller.process(FakeDelivery("dependency_analysis", MSG))
+    req = await rig.request(7, V, version=2)
+    await claim_files(rig, 7, "c/w.py")
+    await rig.batch(7, BatchState.CREATING, [req])
+    asked: list[list[str]] = []
+    real = change_repo.details_for
+
+    async def spy(session: Any, **kwargs: Any) -> Any:
+        asked.append(list(kwargs["request_ids"]))
+        return await real(session, **kwargs)
+
+    with mock.patch.object(change_repo, "details_for", new=spy):
+        await controller.process(FakeDelivery("dependency_analysis",
+                                              {"id": batch_id(7), "queue": "demo"}))
+    assert asked == [["demo/7"]]
+    seven = await rig.get_batch(7)
+    assert seven.state is BatchState.CREATED and set(seven.dependencies) == {batch_id(2), B}
