@@ -21,6 +21,16 @@ from app.domain.errors import NotFound
 from app.domain.ids import batch_number
 from app.domain.states import BatchState
 
+# The hot reads, built once: building a statement costs more than running it (about
+# 55 us of the 100 a lookup takes on SQLite); only the bound values change per call.
+_GET = sa.select(t).where(t.c.queue == sa.bindparam("q"), t.c.id == sa.bindparam("id"))
+_GET_MANY = sa.select(t).where(t.c.queue == sa.bindparam("q"),
+                               t.c.id.in_(sa.bindparam("ids", expanding=True)))
+_STATES_OF = sa.select(t.c.id, t.c.state).where(
+    t.c.queue == sa.bindparam("q"), t.c.id.in_(sa.bindparam("ids", expanding=True)))
+_BY_STATES = sa.select(t).where(t.c.queue == sa.bindparam("q"),
+                                t.c.state.in_(sa.bindparam("states", expanding=True)))
+
 
 async def create(session: AsyncSession, *, batch: Batch, now_ms: int) -> None:
     """Insert a new batch (version 1) and associate each member request with it."""
@@ -38,7 +48,7 @@ async def create(session: AsyncSession, *, batch: Batch, now_ms: int) -> None:
 
 
 async def get(session: AsyncSession, *, queue: str, id: str) -> Batch:
-    row = (await session.execute(sa.select(t).where(t.c.queue == queue, t.c.id == id))).first()
+    row = (await session.execute(_GET, {"q": queue, "id": id})).first()
     if row is None:
         raise NotFound(f"batch {id!r} does not exist in queue {queue!r}")
     return batch_from_row(row)
@@ -49,7 +59,7 @@ async def get_many(session: AsyncSession, *, queue: str, ids: Iterable[str],
     wanted = sorted(set(ids))
     if not wanted:
         return {}
-    rows = await session.execute(sa.select(t).where(t.c.queue == queue, t.c.id.in_(wanted)))
+    rows = await session.execute(_GET_MANY, {"q": queue, "ids": wanted})
     return {r.id: _decode(r, memo) for r in rows}
 
 
@@ -60,8 +70,7 @@ async def states_of(session: AsyncSession, *, queue: str,
     wanted = sorted(set(ids))
     if not wanted:
         return {}
-    rows = await session.execute(sa.select(t.c.id, t.c.state).where(
-        t.c.queue == queue, t.c.id.in_(wanted)))
+    rows = await session.execute(_STATES_OF, {"q": queue, "ids": wanted})
     return {r.id: BatchState(r.state) for r in rows}
 
 
@@ -84,8 +93,7 @@ async def list_by_states(
     """Batches in any of the states, oldest (lowest number) first. ``memo``: rows
     unchanged since the memo decoded them are not parsed again."""
     rows = await session.execute(
-        sa.select(t).where(t.c.queue == queue, t.c.state.in_([s.value for s in states]))
-    )
+        _BY_STATES, {"q": queue, "states": [s.value for s in states]})
     return sorted((_decode(r, memo) for r in rows), key=lambda b: batch_number(b.id))
 
 

@@ -95,11 +95,14 @@ async def add_rebuilt(session: AsyncSession, *, queue: str, epoch: int, count: i
                               .values(rebuilt=t.c.rebuilt + count))
 
 
+_ROUNDS = sa.select(sa.func.count()).select_from(t).where(
+    t.c.queue == sa.bindparam("q"), t.c.batch_id == sa.bindparam("b"))  # built once
+
+
 async def rounds(session: AsyncSession, *, queue: str, batch_id: str) -> int:
     """How many new tips the merges of ``batch_id`` found: each sent the batch back to
     speculation, so its next merge is a new round (with message ids of its own)."""
-    value = (await session.execute(sa.select(sa.func.count()).select_from(t).where(
-        t.c.queue == queue, t.c.batch_id == batch_id))).scalar_one()
+    value = (await session.execute(_ROUNDS, {"q": queue, "b": batch_id})).scalar_one()
     return int(value)
 
 

@@ -30,8 +30,11 @@ def _of(row: sa.Row[tuple[object, ...]]) -> ManualFreeze:
         updated_by=m["updated_by"])
 
 
+_GET = sa.select(t).where(t.c.queue == sa.bindparam("q"))  # built once
+
+
 async def get(session: AsyncSession, *, queue: str) -> ManualFreeze | None:
-    row = (await session.execute(sa.select(t).where(t.c.queue == queue))).first()
+    row = (await session.execute(_GET, {"q": queue})).first()
     return None if row is None else _of(row)
 
 

@@ -14,6 +14,11 @@ from app.db.tables import requests as t
 from app.domain.entities import LandRequest
 from app.domain.errors import NotFound
 
+# Built once (see ``batches``): only the bound values change per call.
+_GET = sa.select(t).where(t.c.queue == sa.bindparam("q"), t.c.id == sa.bindparam("id"))
+_GET_MANY = sa.select(t).where(t.c.queue == sa.bindparam("q"),
+                               t.c.id.in_(sa.bindparam("ids", expanding=True)))
+
 
 async def create(session: AsyncSession, *, request: LandRequest, now_ms: int) -> bool:
     """Insert at version 1; an existing row is left alone (returns False)."""
@@ -28,7 +33,7 @@ async def create(session: AsyncSession, *, request: LandRequest, now_ms: int) ->
 
 
 async def get(session: AsyncSession, *, queue: str, id: str) -> LandRequest:
-    row = (await session.execute(sa.select(t).where(t.c.queue == queue, t.c.id == id))).first()
+    row = (await session.execute(_GET, {"q": queue, "id": id})).first()
     if row is None:
         raise NotFound(f"request {id!r} does not exist in queue {queue!r}")
     return request_from_row(row)
@@ -39,7 +44,7 @@ async def get_many(
 ) -> dict[str, LandRequest]:
     if not ids:
         return {}
-    rows = await session.execute(sa.select(t).where(t.c.queue == queue, t.c.id.in_(list(ids))))
+    rows = await session.execute(_GET_MANY, {"q": queue, "ids": list(ids)})
     return {r.id: request_from_row(r) for r in rows}
 
 
