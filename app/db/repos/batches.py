@@ -30,6 +30,9 @@ _STATES_OF = sa.select(t.c.id, t.c.state).where(
     t.c.queue == sa.bindparam("q"), t.c.id.in_(sa.bindparam("ids", expanding=True)))
 _BY_STATES = sa.select(t).where(t.c.queue == sa.bindparam("q"),
                                 t.c.state.in_(sa.bindparam("states", expanding=True)))
+_CLAIMED = sa.select(bc.c.batch_id).where(
+    bc.c.queue == sa.bindparam("q"), bc.c.request_id == sa.bindparam("r"),
+    bc.c.cause == sa.bindparam("cause"))
 
 
 async def create(session: AsyncSession, *, batch: Batch, now_ms: int) -> None:
@@ -131,9 +134,8 @@ async def claimed(
     session: AsyncSession, *, queue: str, request_id: str, cause: str
 ) -> str | None:
     """The batch id claimed for ``(request, cause)``, if any."""
-    return (await session.execute(sa.select(bc.c.batch_id).where(
-        bc.c.queue == queue, bc.c.request_id == request_id, bc.c.cause == cause,
-    ))).scalar_one_or_none()
+    return (await session.execute(_CLAIMED, {"q": queue, "r": request_id,
+                                             "cause": cause})).scalar_one_or_none()
 
 
 async def claim(

@@ -19,6 +19,18 @@ from app.domain.entities import Build, PathSet
 from app.domain.errors import NotFound, VersionMismatch
 from app.domain.states import BuildStatus
 
+# The hot reads, built once (see ``batches``): only the bound values change per call.
+_PATH_SETS = sa.select(pst).where(pst.c.queue == sa.bindparam("q"),
+                                  pst.c.head.in_(sa.bindparam("heads", expanding=True)))
+_BUILD = sa.select(bt).where(bt.c.queue == sa.bindparam("q"), bt.c.id == sa.bindparam("id"))
+_BUILDS = sa.select(bt).where(bt.c.queue == sa.bindparam("q"),
+                              bt.c.id.in_(sa.bindparam("ids", expanding=True)))
+_LINK = sa.select(pbt.c.build_id).where(
+    pbt.c.queue == sa.bindparam("q"), pbt.c.path_id == sa.bindparam("path"),
+    pbt.c.attempt == sa.bindparam("attempt"))
+_LINKS = sa.select(pbt).where(pbt.c.queue == sa.bindparam("q"),
+                              pbt.c.path_id.in_(sa.bindparam("paths", expanding=True)))
+
 
 async def path_sets(
     session: AsyncSession, *, queue: str, heads: Iterable[str],
@@ -29,8 +41,7 @@ async def path_sets(
     wanted = sorted(set(heads))
     out = {h: PathSet(queue=queue, head=h) for h in wanted}
     if wanted:
-        rows = await session.execute(
-            sa.select(pst).where(pst.c.queue == queue, pst.c.head.in_(wanted)))
+        rows = await session.execute(_PATH_SETS, {"q": queue, "heads": wanted})
         for r in rows:
             out[r.head] = _path_set(r) if memo is None else \
                 memo.get((r.queue, r.head), r, _path_set)
@@ -65,8 +76,7 @@ async def create_build(session: AsyncSession, *, build: Build, now_ms: int) -> N
 
 
 async def get_build(session: AsyncSession, *, queue: str, id: str) -> Build:
-    row = (await session.execute(
-        sa.select(bt).where(bt.c.queue == queue, bt.c.id == id))).first()
+    row = (await session.execute(_BUILD, {"q": queue, "id": id})).first()
     if row is None:
         raise NotFound(f"build {id!r} does not exist in queue {queue!r}")
     return build_from_row(row)
@@ -78,7 +88,7 @@ async def builds_by_id(
     wanted = sorted(set(ids))
     if not wanted:
         return {}
-    rows = await session.execute(sa.select(bt).where(bt.c.queue == queue, bt.c.id.in_(wanted)))
+    rows = await session.execute(_BUILDS, {"q": queue, "ids": wanted})
     return {r.id: build_from_row(r) for r in rows}
 
 
@@ -113,8 +123,8 @@ async def link(session: AsyncSession, *, queue: str, path_id: str, attempt: int,
 
 
 async def get_link(session: AsyncSession, *, queue: str, path_id: str, attempt: int) -> str | None:
-    row = (await session.execute(sa.select(pbt.c.build_id).where(
-        pbt.c.queue == queue, pbt.c.path_id == path_id, pbt.c.attempt == attempt))).first()
+    row = (await session.execute(_LINK, {"q": queue, "path": path_id,
+                                         "attempt": attempt})).first()
     return row.build_id if row else None
 
 
@@ -124,8 +134,7 @@ async def links(session: AsyncSession, *, queue: str,
     if not wanted:
         return {}
     path_ids = sorted({p for p, _ in wanted})
-    rows = await session.execute(sa.select(pbt).where(
-        pbt.c.queue == queue, pbt.c.path_id.in_(path_ids)))
+    rows = await session.execute(_LINKS, {"q": queue, "paths": path_ids})
     return {(r.path_id, r.attempt): r.build_id for r in rows if (r.path_id, r.attempt) in wanted}
 
 
