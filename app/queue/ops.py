@@ -102,7 +102,7 @@ _INSERT_MESSAGE = """INSERT INTO queue_messages
               failure_count, last_error, failure_detail)
            {source}
            ON CONFLICT (topic, partition_key, message_id, source_group) DO NOTHING
-           RETURNING seq"""
+           RETURNING {returning}"""
 _MESSAGE_VALUES = """:topic, :pk, :mid, :sg, :payload, :md, :now, :settled, :parked, :orig,
                    :failed_at, :fcount, :lerr, :fdetail"""
 
@@ -153,7 +153,8 @@ def _insert_one_pg(
     assert lock is not None and (wake is None or wake.params == {"topic": msg.topic})
     sql = _INSERT_ONE_PG.format(
         lock=lock.sql,
-        insert=_INSERT_MESSAGE.format(source=f"SELECT {_MESSAGE_VALUES} FROM lk"),
+        insert=_INSERT_MESSAGE.format(source=f"SELECT {_MESSAGE_VALUES} FROM lk",
+                                      returning="seq"),
         notify=f", ({wake.sql}) AS notified" if wake is not None else "",
     )
     params = {**_message_params(item, now), **lock.params, "groups": list(item.groups)}
@@ -163,7 +164,8 @@ def _insert_one_pg(
 def _insert_one(d: Dialect, item: Publication, *, now: int) -> Op[int | None]:
     msg, groups = item.message, item.groups
     rows = yield Stmt(
-        _INSERT_MESSAGE.format(source=f"VALUES ({_MESSAGE_VALUES})"), _message_params(item, now)
+        _INSERT_MESSAGE.format(source=f"VALUES ({_MESSAGE_VALUES})", returning="seq"),
+        _message_params(item, now)
     )
     if not rows:
         return None
@@ -211,9 +213,8 @@ def _rows_params(d: Dialect, fields: Sequence[str],
 
 def _insert_many(d: Dialect, items: Sequence[Publication], *, now: int) -> Op[list[int | None]]:
     values = [_message_params(item, now) for item in items]
-    insert = _INSERT_MESSAGE.format(
-        source=_rows_source(d, _MESSAGE_FIELDS, _PG_MESSAGE_TYPES)
-    ).replace("RETURNING seq", f"RETURNING {_MESSAGE_KEY_COLUMNS}")
+    insert = _INSERT_MESSAGE.format(source=_rows_source(d, _MESSAGE_FIELDS, _PG_MESSAGE_TYPES),
+                                    returning=_MESSAGE_KEY_COLUMNS)
     rows = yield Stmt(insert, _rows_params(
         d, _MESSAGE_FIELDS, [[v[f] for f in _MESSAGE_FIELDS] for v in values]))
     stored = {(r["topic"], r["partition_key"], r["message_id"], r["source_group"]):

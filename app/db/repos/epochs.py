@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.bound import where_bound
 from app.db.tables import batches as bt
 from app.db.tables import trunk_epochs as t
 
@@ -95,14 +96,13 @@ async def add_rebuilt(session: AsyncSession, *, queue: str, epoch: int, count: i
                               .values(rebuilt=t.c.rebuilt + count))
 
 
-_ROUNDS = sa.select(sa.func.count()).select_from(t).where(
-    t.c.queue == sa.bindparam("q"), t.c.batch_id == sa.bindparam("b"))  # built once
+_ROUNDS = where_bound(sa.select(sa.func.count()).select_from(t), t, "queue", "batch_id")
 
 
 async def rounds(session: AsyncSession, *, queue: str, batch_id: str) -> int:
     """How many new tips the merges of ``batch_id`` found: each sent the batch back to
     speculation, so its next merge is a new round (with message ids of its own)."""
-    value = (await session.execute(_ROUNDS, {"q": queue, "b": batch_id})).scalar_one()
+    value = (await session.execute(_ROUNDS, {"queue": queue, "batch_id": batch_id})).scalar_one()
     return int(value)
 
 

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.bound import where_bound
 from app.db.dialect import insert_ignore
 from app.db.locking import conditional_update
 from app.db.tables import queue_freezes as t
@@ -30,11 +31,11 @@ def _of(row: sa.Row[tuple[object, ...]]) -> ManualFreeze:
         updated_by=m["updated_by"])
 
 
-_GET = sa.select(t).where(t.c.queue == sa.bindparam("q"))  # built once
+_GET = where_bound(sa.select(t), t, "queue")  # built once (``app/db/bound.py``)
 
 
 async def get(session: AsyncSession, *, queue: str) -> ManualFreeze | None:
-    row = (await session.execute(_GET, {"q": queue})).first()
+    row = (await session.execute(_GET, {"queue": queue})).first()
     return None if row is None else _of(row)
 
 

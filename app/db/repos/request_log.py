@@ -24,6 +24,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.bound import where_bound
 from app.db.dialect import insert_ignore
 from app.db.engine import Database
 from app.db.locking import conditional_update
@@ -104,18 +105,16 @@ async def create_summary(
     return summary
 
 
-# Built once (see ``batches``): only the bound values change per call.
-_SUMMARY = sa.select(sum_t).where(sum_t.c.queue == sa.bindparam("q"),
-                                  sum_t.c.request_id == sa.bindparam("id"))
-_SUMMARIES = sa.select(sum_t).where(sum_t.c.queue == sa.bindparam("q"),
-                                    sum_t.c.request_id.in_(sa.bindparam("ids", expanding=True)))
+# The hot reads, built once (``app/db/bound.py``).
+_SUMMARY = where_bound(sa.select(sum_t), sum_t, "queue", "request_id")
+_SUMMARIES = where_bound(sa.select(sum_t), sum_t, "queue", within="request_id")
 
 
 async def find_summary(
     session: AsyncSession, *, queue: str, request_id: str
 ) -> RequestSummary | None:
     """The stored summary, ``accepting`` included (the materializer needs it)."""
-    row = (await session.execute(_SUMMARY, {"q": queue, "id": request_id})).first()
+    row = (await session.execute(_SUMMARY, {"queue": queue, "request_id": request_id})).first()
     return _summary_from_row(row) if row is not None else None
 
 
@@ -391,7 +390,7 @@ async def summaries_of(session: AsyncSession, keys: set[tuple[str, str]]
     out: dict[tuple[str, str], RequestSummary] = {}
     for queue in sorted({q for q, _ in keys}):
         ids = sorted(r for q, r in keys if q == queue)
-        rows = (await session.execute(_SUMMARIES, {"q": queue, "ids": ids})).all()
+        rows = (await session.execute(_SUMMARIES, {"queue": queue, "request_id": ids})).all()
         for row in rows:
             summary = _summary_from_row(row)
             out[(summary.queue, summary.request_id)] = summary

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.bound import where_bound
 from app.db.dialect import insert_ignore
 from app.db.locking import conditional_update
 from app.db.repos._rows import dumps, request_from_row
@@ -14,10 +15,9 @@ from app.db.tables import requests as t
 from app.domain.entities import LandRequest
 from app.domain.errors import NotFound
 
-# Built once (see ``batches``): only the bound values change per call.
-_GET = sa.select(t).where(t.c.queue == sa.bindparam("q"), t.c.id == sa.bindparam("id"))
-_GET_MANY = sa.select(t).where(t.c.queue == sa.bindparam("q"),
-                               t.c.id.in_(sa.bindparam("ids", expanding=True)))
+# The hot reads, built once (``app/db/bound.py``).
+_GET = where_bound(sa.select(t), t, "queue", "id")
+_GET_MANY = where_bound(sa.select(t), t, "queue", within="id")
 
 
 async def create(session: AsyncSession, *, request: LandRequest, now_ms: int) -> bool:
@@ -33,7 +33,7 @@ async def create(session: AsyncSession, *, request: LandRequest, now_ms: int) ->
 
 
 async def get(session: AsyncSession, *, queue: str, id: str) -> LandRequest:
-    row = (await session.execute(_GET, {"q": queue, "id": id})).first()
+    row = (await session.execute(_GET, {"queue": queue, "id": id})).first()
     if row is None:
         raise NotFound(f"request {id!r} does not exist in queue {queue!r}")
     return request_from_row(row)
@@ -44,7 +44,7 @@ async def get_many(
 ) -> dict[str, LandRequest]:
     if not ids:
         return {}
-    rows = await session.execute(_GET_MANY, {"q": queue, "ids": list(ids)})
+    rows = await session.execute(_GET_MANY, {"queue": queue, "id": list(ids)})
     return {r.id: request_from_row(r) for r in rows}
 
 

@@ -8,6 +8,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.bound import where_bound
 from app.db.dialect import insert_ignore
 from app.db.locking import conditional_update
 from app.db.memo import Memo
@@ -19,17 +20,12 @@ from app.domain.entities import Build, PathSet
 from app.domain.errors import NotFound, VersionMismatch
 from app.domain.states import BuildStatus
 
-# The hot reads, built once (see ``batches``): only the bound values change per call.
-_PATH_SETS = sa.select(pst).where(pst.c.queue == sa.bindparam("q"),
-                                  pst.c.head.in_(sa.bindparam("heads", expanding=True)))
-_BUILD = sa.select(bt).where(bt.c.queue == sa.bindparam("q"), bt.c.id == sa.bindparam("id"))
-_BUILDS = sa.select(bt).where(bt.c.queue == sa.bindparam("q"),
-                              bt.c.id.in_(sa.bindparam("ids", expanding=True)))
-_LINK = sa.select(pbt.c.build_id).where(
-    pbt.c.queue == sa.bindparam("q"), pbt.c.path_id == sa.bindparam("path"),
-    pbt.c.attempt == sa.bindparam("attempt"))
-_LINKS = sa.select(pbt).where(pbt.c.queue == sa.bindparam("q"),
-                              pbt.c.path_id.in_(sa.bindparam("paths", expanding=True)))
+# The hot reads, built once (``app/db/bound.py``).
+_PATH_SETS = where_bound(sa.select(pst), pst, "queue", within="head")
+_BUILD = where_bound(sa.select(bt), bt, "queue", "id")
+_BUILDS = where_bound(sa.select(bt), bt, "queue", within="id")
+_LINK = where_bound(sa.select(pbt.c.build_id), pbt, "queue", "path_id", "attempt")
+_LINKS = where_bound(sa.select(pbt), pbt, "queue", within="path_id")
 
 
 async def path_sets(
@@ -41,7 +37,7 @@ async def path_sets(
     wanted = sorted(set(heads))
     out = {h: PathSet(queue=queue, head=h) for h in wanted}
     if wanted:
-        rows = await session.execute(_PATH_SETS, {"q": queue, "heads": wanted})
+        rows = await session.execute(_PATH_SETS, {"queue": queue, "head": wanted})
         for r in rows:
             out[r.head] = _path_set(r) if memo is None else \
                 memo.get((r.queue, r.head), r, _path_set)
@@ -76,7 +72,7 @@ async def create_build(session: AsyncSession, *, build: Build, now_ms: int) -> N
 
 
 async def get_build(session: AsyncSession, *, queue: str, id: str) -> Build:
-    row = (await session.execute(_BUILD, {"q": queue, "id": id})).first()
+    row = (await session.execute(_BUILD, {"queue": queue, "id": id})).first()
     if row is None:
         raise NotFound(f"build {id!r} does not exist in queue {queue!r}")
     return build_from_row(row)
@@ -88,7 +84,7 @@ async def builds_by_id(
     wanted = sorted(set(ids))
     if not wanted:
         return {}
-    rows = await session.execute(_BUILDS, {"q": queue, "ids": wanted})
+    rows = await session.execute(_BUILDS, {"queue": queue, "id": wanted})
     return {r.id: build_from_row(r) for r in rows}
 
 
@@ -123,7 +119,7 @@ async def link(session: AsyncSession, *, queue: str, path_id: str, attempt: int,
 
 
 async def get_link(session: AsyncSession, *, queue: str, path_id: str, attempt: int) -> str | None:
-    row = (await session.execute(_LINK, {"q": queue, "path": path_id,
+    row = (await session.execute(_LINK, {"queue": queue, "path_id": path_id,
                                          "attempt": attempt})).first()
     return row.build_id if row else None
 
@@ -134,7 +130,7 @@ async def links(session: AsyncSession, *, queue: str,
     if not wanted:
         return {}
     path_ids = sorted({p for p, _ in wanted})
-    rows = await session.execute(_LINKS, {"q": queue, "paths": path_ids})
+    rows = await session.execute(_LINKS, {"queue": queue, "path_id": path_ids})
     return {(r.path_id, r.attempt): r.build_id for r in rows if (r.path_id, r.attempt) in wanted}
 
 
