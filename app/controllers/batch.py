@@ -4,7 +4,9 @@ With ``batching.max_size`` 1 (the default) one request per batch. With more, a
 ``normal`` request joins the queue's newest ``creating`` batch when that batch is not
 a bisection part, holds fewer than the size limit (``app/domain/batching.py``: fixed,
 or AIMD with ``adaptive``), is of the same strategy and priority, and is at most
-``max_wait_ms`` old; the join is a conditional write on that batch's version, so a
+``max_wait_ms`` old. Serial per merge queue: two requests handled at once on
+PostgreSQL would both find no open batch and mint one each (half-empty batches). The
+join is a conditional write on that batch's version, so a
 join that races its dependency analysis loses (``VersionMismatch``, retried: the retry
 mints a new batch). Dependency analysis closes the batch (see there). The batch, the request's association and a claim keyed by
 ``(request, cause)`` are written in one transaction; the cause is the version of the

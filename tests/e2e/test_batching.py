@@ -4,13 +4,16 @@ ones land, and the bad one's reason names the failed build and the bisection."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from app.controllers.batch import BatchController
 from tests.conftest import BACKENDS
 from tests.e2e.harness import change, serve
+from tests.support.interleave import hook
 
 QUEUE = """
 queues:
@@ -23,6 +26,11 @@ queues:
     build_budget: 4
     batching: {max_size: %d, max_wait_ms: 15000}  # closes when full: all join under load
 """
+
+
+# Validated or any status after it (a request batched beside a held one runs through).
+PAST_VALIDATION = {"validated", "batching", "batched", "speculating", "speculated",
+                   "landing", "landed", "error"}
 
 
 def _batches(history: list[dict[str, Any]]) -> list[str]:
@@ -76,3 +84,25 @@ async def test_a_good_batch_lands_as_one_unit_with_one_build(
         builds = {e["metadata"]["path_id"] for h in histories for e in h
                   if e.get("event") == "building"}
         assert len(builds) == 1, builds
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+async def test_requests_of_one_queue_are_batched_one_at_a_time(
+        database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the first request's batching is held, the second one's does not start
+    (on PostgreSQL both used to find no open batch and mint one each); once let go,
+    the two join one batch."""
+    (tmp_path / "queues.yaml").write_text(QUEUE % 2)
+    async with serve(database_url, tmp_path) as server:
+        batching = hook(monkeypatch, BatchController, "_create", pause="entry")
+        first = await server.land(change("j0", files="j0/a.py"))
+        await batching.reached()
+        second = await server.land(change("j1", files="j1/a.py"))
+        await server.wait_status(second, PAST_VALIDATION)
+        await asyncio.sleep(0.5)  # its batch message is due by now
+        assert batching.entered == 1, "the second request was batched beside the first"
+        batching.release()
+        assert [await server.wait_terminal(s, timeout=30) for s in (first, second)] == [
+            "landed", "landed"]
+        histories = [await server.history(s) for s in (first, second)]
+        assert len({_batches(h)[0] for h in histories}) == 1, histories
