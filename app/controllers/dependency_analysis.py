@@ -36,7 +36,7 @@ import logging
 from dataclasses import replace
 
 from app.controllers.common import Deps, StageController, status_log
-from app.db.memo import Memo
+from app.db.memo import Kept, Memo
 from app.db.repos import batches as batch_repo
 from app.db.repos import changes as change_repo
 from app.db.repos import requests as request_repo
@@ -57,22 +57,22 @@ FORMING_RECHECK_MS = 250  # a batch waiting for more requests looks again this o
 
 
 class DependencyAnalysisController(StageController):
-    """Each analysis reads every batch in flight: rows unchanged since this process's
-    previous analysis of the queue are not parsed again (``Memo``). The files a batch in
+    """Each analysis reads every batch in flight: whole rows only where they changed
+    since this process's previous analysis of the queue (``Kept``: ids and versions
+    first). The files a batch in
     flight touches are read once per process: a batch's members are fixed once it is
     ``created`` and a change's details once it is validated, so they are kept by batch
     id and members (``_files``) and only the batches not seen before are read."""
 
     def __init__(self, deps: Deps) -> None:
         super().__init__(deps)
-        self._memo: dict[str, tuple[Memo[Batch], Memo[ChangeDetails]]] = {}
+        self._memo: dict[str, tuple[Kept[Batch], Memo[ChangeDetails]]] = {}
         self._files: dict[str, dict[tuple[str, tuple[str, ...]], BatchChanges]] = {}
 
-    def _memos(self, queue: str) -> tuple[Memo[Batch], Memo[ChangeDetails]]:
-        memos = self._memo.setdefault(queue, (Memo(), Memo()))
-        for m in memos:
-            m.fresh()
-        return memos
+    def _memos(self, queue: str) -> tuple[Kept[Batch], Memo[ChangeDetails]]:
+        kept, details = self._memo.setdefault(queue, (Kept(), Memo()))
+        details.fresh()
+        return kept, details
 
     async def process(self, delivery: Delivery) -> None:
         msg = EntityMsg.model_validate(delivery.payload)
@@ -125,9 +125,9 @@ class DependencyAnalysisController(StageController):
             causes = await batch_repo.causes_of(s, queue=q, batch_id=batch.id,
                                                 request_ids=batch.contains)
             # Every batch already in flight is ahead of this one in the queue.
-            batch_memo, details_memo = self._memos(q)
-            in_flight = await batch_repo.list_by_states(s, queue=q, states=IN_FLIGHT,
-                                                        memo=batch_memo)
+            kept, details_memo = self._memos(q)
+            in_flight = await batch_repo.list_kept(s, queue=q, states=IN_FLIGHT,
+                                                   kept=kept)
             known = self._files_in_flight(q, in_flight)
             details = await change_repo.details_for(
                 s, queue=q, request_ids=[*batch.contains, *(

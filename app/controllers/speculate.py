@@ -47,7 +47,7 @@ it too, so no recovery wake-up is needed. A run that writes nothing still dispat
 builds written but not dispatched (pending, not linked). News and builds this process
 already published and committed are not published again (``_news``); another
 process or a restart replays them with the same ids. Rows unchanged since the previous
-snapshot of the queue are not parsed again (``app/db/memo.py``).
+snapshot of the queue are not read whole again (``app/db/memo.py``).
 
 The transaction is fenced by the queue's plan version, read first in the snapshot and
 advanced by every plan written: a run whose snapshot predates another run's plan (a
@@ -83,7 +83,7 @@ from app.controllers.common import (
 from app.controllers.freeze import freeze_of
 from app.controllers.plan_check import check_plan
 from app.controllers.scoring import QueueScoring
-from app.db.memo import Memo
+from app.db.memo import Kept, Memo
 from app.db.repos import batches as batch_repo
 from app.db.repos import counters as counter_repo
 from app.db.repos import epochs as epoch_repo
@@ -167,7 +167,7 @@ class SpeculateController:
         self.scoring = QueueScoring(deps)
         self._read_up_to: dict[str, int] = {}  # queue -> latest_seq before its last run
         self._mean_build_ms: dict[str, float] = {}
-        self._memos: dict[str, tuple[Memo[Batch], Memo[PathSet]]] = {}
+        self._memos: dict[str, tuple[Kept[Batch], Memo[Batch], Kept[PathSet]]] = {}
         self._sent: dict[str, dict[str, set[str]]] = {}  # queue -> head -> message ids
 
     async def process(self, delivery: Delivery) -> None:
@@ -274,23 +274,25 @@ class SpeculateController:
             self.deps.metrics.timed("planner", snap.queue, time.perf_counter() - started, ok)
 
     async def _snapshot(self, queue: str) -> Snapshot:
-        """The queue as stored. Rows that did not change since this process's previous
-        snapshot of the queue are not decoded again (``Memo``: compared column by
-        column, so whatever wrote a row, a changed row is read as stored)."""
-        batch_memo, set_memo = self._memos.setdefault(queue, (Memo(), Memo()))
-        batch_memo.fresh()
-        set_memo.fresh()
+        """The queue as stored. The active batches and their path sets are read whole
+        only where they changed since this process's previous snapshot of the queue
+        (``Kept``: their ids and versions first, then the changed rows); the settled
+        dependencies' rows that did not change are not decoded again (``Memo``)."""
+        kept_batches, dep_memo, kept_sets = self._memos.setdefault(
+            queue, (Kept(), Memo(), Kept()))
+        dep_memo.fresh()
         async with self.deps.db.read() as s:
             plan_version = await counter_repo.plan_version(s, queue=queue)
-            active = await batch_repo.list_by_states(s, queue=queue, states=ACTIVE,
-                                                     memo=batch_memo)
+            active = await batch_repo.list_kept(s, queue=queue, states=ACTIVE,
+                                                kept=kept_batches)
             batches = {b.id: b for b in active}
             dep_ids = {d for b in active for d in (*b.dependencies, *b.overtakes)} - \
                 set(batches)
             batches.update(await batch_repo.get_many(s, queue=queue, ids=dep_ids,
-                                                     memo=batch_memo))
-            sets = await spec_repo.path_sets(s, queue=queue, heads=[b.id for b in active],
-                                             memo=set_memo)
+                                                     memo=dep_memo))
+            sets = await spec_repo.path_sets_kept(s, queue=queue,
+                                                  heads=[b.id for b in active],
+                                                  kept=kept_sets)
             keys = [(e.id, e.attempt) for ps in sets.values() for e in ps.entries
                     if e.status.live]
             links = await spec_repo.links(s, queue=queue, keys=keys)

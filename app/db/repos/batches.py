@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.bound import where_bound
 from app.db.dialect import insert_ignore
 from app.db.locking import conditional_update
-from app.db.memo import Memo
+from app.db.memo import Kept, Memo
 from app.db.repos._rows import batch_from_row, dumps
 from app.db.tables import batch_claims as bc
 from app.db.tables import batches as t
@@ -27,6 +27,8 @@ _GET = where_bound(sa.select(t), t, "queue", "id")
 _GET_MANY = where_bound(sa.select(t), t, "queue", within="id")
 _STATES_OF = where_bound(sa.select(t.c.id, t.c.state), t, "queue", within="id")
 _BY_STATES = where_bound(sa.select(t), t, "queue", within="state")
+_STAMPS_BY_STATES = where_bound(sa.select(t.c.id, t.c.version, t.c.updated_at_ms), t,
+                                "queue", within="state")
 _CLAIMED = where_bound(sa.select(bc.c.batch_id), bc, "queue", "request_id", "cause")
 
 
@@ -93,6 +95,27 @@ async def list_by_states(
     rows = await session.execute(
         _BY_STATES, {"queue": queue, "state": [s.value for s in states]})
     return sorted((_decode(r, memo) for r in rows), key=lambda b: batch_number(b.id))
+
+
+async def list_kept(session: AsyncSession, *, queue: str, states: Sequence[BatchState],
+                    kept: Kept[Batch]) -> list[Batch]:
+    """``list_by_states`` that reads whole rows only where ``kept`` lacks the row's
+    current version: the ids and stamps first, then the rows that changed (every write
+    of a batch raises its version and sets ``updated_at_ms``). A row that left the
+    states between the two reads is left out; one that changed within them is read as
+    it is now."""
+    wanted = [s.value for s in states]
+    rows = await session.execute(_STAMPS_BY_STATES, {"queue": queue, "state": wanted})
+    stamps = {r.id: (r.version, r.updated_at_ms) for r in rows}
+    stale = kept.stale(stamps)
+    found: Iterable[Any] = []
+    if 2 * len(stale) > len(stamps):  # most changed (a first read): read them all at once
+        found = await session.execute(_BY_STATES, {"queue": queue, "state": wanted})
+    elif stale:
+        found = await session.execute(_GET_MANY, {"queue": queue, "id": stale})
+    fetched = {r.id: ((r.version, r.updated_at_ms), batch_from_row(r)) for r in found
+               if r.state in wanted}
+    return sorted(kept.keep(stamps, fetched).values(), key=lambda b: batch_number(b.id))
 
 
 def _decode(row: sa.Row[Any], memo: Memo[Batch] | None) -> Batch:

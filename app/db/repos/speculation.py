@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.bound import where_bound
 from app.db.dialect import insert_ignore
 from app.db.locking import conditional_update
-from app.db.memo import Memo
+from app.db.memo import Kept, Memo
 from app.db.repos._rows import build_from_row, dumps, entries_from_json, entries_to_json
 from app.db.tables import builds as bt
 from app.db.tables import path_builds as pbt
@@ -22,6 +22,8 @@ from app.domain.states import BuildStatus
 
 # The hot reads, built once (``app/db/bound.py``).
 _PATH_SETS = where_bound(sa.select(pst), pst, "queue", within="head")
+_PATH_SET_VERSIONS = where_bound(sa.select(pst.c.head, pst.c.version), pst, "queue",
+                                 within="head")
 _BUILD = where_bound(sa.select(bt), bt, "queue", "id")
 _BUILDS = where_bound(sa.select(bt), bt, "queue", within="id")
 _LINK = where_bound(sa.select(pbt.c.build_id), pbt, "queue", "path_id", "attempt")
@@ -41,6 +43,25 @@ async def path_sets(
         for r in rows:
             out[r.head] = _path_set(r) if memo is None else \
                 memo.get((r.queue, r.head), r, _path_set)
+    return out
+
+
+async def path_sets_kept(session: AsyncSession, *, queue: str, heads: Iterable[str],
+                         kept: Kept[PathSet]) -> dict[str, PathSet]:
+    """``path_sets`` that reads a set's entries only where ``kept`` lacks its current
+    version (every write of a path set raises it: ``save_path_set``)."""
+    wanted = sorted(set(heads))
+    out = {h: PathSet(queue=queue, head=h) for h in wanted}
+    if not wanted:
+        kept.keep({}, {})
+        return out
+    rows = await session.execute(_PATH_SET_VERSIONS, {"queue": queue, "head": wanted})
+    stamps = {r.head: r.version for r in rows}
+    stale = kept.stale(stamps)
+    found: Iterable[Any] = await session.execute(
+        _PATH_SETS, {"queue": queue, "head": stale}) if stale else []
+    fetched = {r.head: (r.version, _path_set(r)) for r in found}
+    out.update(kept.keep(stamps, fetched))
     return out
 
 

@@ -17,6 +17,7 @@ A batch never conflicts with itself: an in-flight entry with the candidate's id 
 
 from __future__ import annotations
 
+import functools
 import posixpath
 from collections.abc import Iterable, Sequence
 from typing import Literal
@@ -47,6 +48,13 @@ def path_keys(paths: Iterable[str], by: OverlapBy) -> frozenset[str]:
     return frozenset(path_key(p, by) for p in paths)
 
 
+@functools.lru_cache(maxsize=8192)
+def _keys_of(files: tuple[str, ...], by: OverlapBy) -> frozenset[str]:
+    """``path_keys`` of a batch's files, kept: each analysis compares the new batch with
+    every batch in flight, whose files do not change."""
+    return path_keys(files, by)
+
+
 def _others(candidate: BatchChanges, in_flight: Sequence[BatchChanges]) -> list[BatchChanges]:
     return [b for b in in_flight if b.batch_id != candidate.batch_id]
 
@@ -74,11 +82,11 @@ class PathOverlapAnalyzer:
         self.by: OverlapBy = by
 
     def analyze(self, candidate: BatchChanges, in_flight: Sequence[BatchChanges]) -> list[str]:
-        mine = path_keys(candidate.files, self.by)
+        mine = _keys_of(tuple(candidate.files), self.by)
         if not mine:
             return []
         return [
             b.batch_id
             for b in _others(candidate, in_flight)
-            if not mine.isdisjoint(path_keys(b.files, self.by))
+            if not mine.isdisjoint(_keys_of(tuple(b.files), self.by))
         ]

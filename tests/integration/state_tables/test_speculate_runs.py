@@ -147,13 +147,13 @@ async def test_a_lost_race_writes_nothing_of_the_plan(rig: Rig) -> None:
     the plan's conditional write loses and the whole transaction rolls back, its
     dispatch (published in the same transaction) with it: nothing went out."""
     await queue(B(1, SPEC, entries=(E(P1, PathStatus.BUILDING, BuildStatus.SUCCEEDED),)))(rig)
-    real = batch_repo.list_by_states
+    real = batch_repo.list_kept
 
     async def stale(session: Any, **kwargs: Any) -> Any:
         return [replace(b, version=1) for b in await real(session, **kwargs)]
 
     before = await rig.snapshot()
-    with mock.patch.object(batch_repo, "list_by_states", new=stale), \
+    with mock.patch.object(batch_repo, "list_kept", new=stale), \
             pytest.raises(VersionMismatch):
         await SpeculateController(rig.deps).process(deliver(1, seq=1))
     assert await rig.snapshot() == before
