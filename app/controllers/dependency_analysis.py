@@ -6,6 +6,7 @@ one order and each sees every earlier one.
 |---|---|---|
 | batch ``creating`` of new requests still forming: ``batching.max_size`` > 1, ``normal``, fewer members than the size limit, younger than ``max_wait_ms``, no newer ``creating`` batch in the queue | before | write nothing; hold the delivery ``min(time left, 250 ms)`` and classify again (requests may still join) |
 | batch ``creating``, members ``validated`` (a bisection part's: ``batched``) | before | analyse against ``created``/``speculating``/``merging`` batches; in one transaction claim each member (``batched``, v+1) and move the batch to ``created`` with its direct dependencies and the lower-priority batches it overtakes (``app/speculation/priority.py``) and log ``batched`` per member (the outbox); then publish ``speculate`` |
+| batch ``creating`` as above, newer ``creating`` batches behind it | before | the same for each of them (up to ``ENROL_AHEAD``, in number order) on the one read of the batches in flight, each analysed against every batch before it (those just enrolled too), each in its own transaction; then publish ``speculate`` per enrolled batch (its id). One with no member ready is skipped (it never enters the queue); the pass stops at one with a member that left, one still forming, or one whose write loses a race: its own delivery handles it and those after it (a batch enrolled ahead replays, as below) |
 | batch ``creating``, some members halted or not ``validated``/``batched`` as above, some ready | before | the same for the ready members; in that transaction the others leave the batch (a cancel ended them; their association is removed) |
 | batch ``creating``, the claim loses a race (``VersionMismatch``: a cancel, say) | before | nothing was logged; the retry classifies again (the halted member leaves) |
 | batch ``creating``, no member ready | superseded | abandon: the batch stays ``creating`` and inert; ack |
@@ -33,7 +34,7 @@ stamp, so the history still reads batching, batched).
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from app.controllers.common import Deps, StageController, status_log
 from app.db.memo import Kept, Memo
@@ -41,7 +42,8 @@ from app.db.repos import batches as batch_repo
 from app.db.repos import changes as change_repo
 from app.db.repos import requests as request_repo
 from app.domain import batching
-from app.domain.entities import Batch, ChangeDetails, RequestLog
+from app.domain.entities import Batch, ChangeDetails, LandRequest, RequestLog
+from app.domain.errors import VersionMismatch
 from app.domain.messages import SPECULATE, EntityMsg
 from app.domain.states import BatchState, Priority, RequestState
 from app.extensions.base import BatchChanges
@@ -50,16 +52,30 @@ from app.speculation.priority import place
 
 log = logging.getLogger("submitqueue.controllers")
 
+ENROL_AHEAD = 32  # newer ``creating`` batches enrolled on one read of the batches in flight
 IN_FLIGHT = (BatchState.CREATED, BatchState.SPECULATING, BatchState.MERGING)
 # Past ``created`` but still live: the ``batched`` logs may never have been published.
 REPLAY_ONLY = (BatchState.SPECULATING, BatchState.MERGING, BatchState.CANCELLING)
 FORMING_RECHECK_MS = 250  # a batch waiting for more requests looks again this often
 
 
+@dataclass
+class _Read:
+    """What one enrolment pass read: the candidates' members and this batch's claim
+    causes, the batches in flight (grown by each batch the pass enrolled), their files,
+    and the change details of the members read."""
+
+    members: dict[str, LandRequest]
+    causes: list[str]
+    in_flight: list[Batch]
+    known: dict[tuple[str, tuple[str, ...]], BatchChanges]
+    details: dict[str, list[ChangeDetails]]
+
+
 class DependencyAnalysisController(StageController):
     """Each analysis reads every batch in flight: whole rows only where they changed
     since this process's previous analysis of the queue (``Kept``: ids and versions
-    first). The files a batch in
+    first), once per pass over a backlog (``_enrol_from``). The files a batch in
     flight touches are read once per process: a batch's members are fixed once it is
     ``created`` and a change's details once it is validated, so they are kept by batch
     id and members (``_files``) and only the batches not seen before are read."""
@@ -83,9 +99,9 @@ class DependencyAnalysisController(StageController):
             if wait:
                 delivery.hold(wait)
                 return
-            enrolled = await self._enrol(batch)
-            if enrolled is not None:  # its logs went out with the write
-                await self._wake(enrolled)
+            enrolled = await self._enrol_from(batch)
+            if enrolled:  # their logs went out with their writes
+                await self._wake(*enrolled)
             return
         elif batch.state in REPLAY_ONLY:
             await self._log_batched(batch, at_ms=batch.created_at_ms)
@@ -95,9 +111,9 @@ class DependencyAnalysisController(StageController):
         await self._log_batched(batch, at_ms=batch.updated_at_ms)
         await self._wake(batch)
 
-    async def _wake(self, batch: Batch) -> None:
-        await self.deps.publish(SPECULATE, EntityMsg(id=batch.id, queue=batch.queue),
-                                message_id=batch.id)
+    async def _wake(self, *batches: Batch) -> None:
+        await self.deps.publish_all([(SPECULATE, EntityMsg(id=b.id, queue=b.queue), b.id)
+                                     for b in batches])
 
     async def _forming(self, batch: Batch) -> int:
         """How long a batch of new requests still waits for more (0: close it now)."""
@@ -118,29 +134,58 @@ class DependencyAnalysisController(StageController):
             return 0
         return min(left, FORMING_RECHECK_MS)
 
-    async def _enrol(self, batch: Batch) -> Batch | None:
+    async def _enrol_from(self, batch: Batch) -> list[Batch]:
+        """Enrol ``batch`` and then, on the same read of the batches in flight, the
+        newer ``creating`` batches waiting behind it (up to ``ENROL_AHEAD``, in number
+        order, each analysed against everything enrolled before it); the pass stops at
+        the first that is still forming or loses a race (its own delivery handles it)."""
         q = batch.queue
         async with self.deps.db.read() as s:
-            members = await request_repo.get_many(s, queue=q, ids=batch.contains)
-            causes = await batch_repo.causes_of(s, queue=q, batch_id=batch.id,
-                                                request_ids=batch.contains)
-            # Every batch already in flight is ahead of this one in the queue.
+            waiting = await batch_repo.creating_after(s, queue=q, than=batch.id,
+                                                      limit=ENROL_AHEAD)
+            todo = [batch, *waiting]
+            members = await request_repo.get_many(
+                s, queue=q, ids=[m for b in todo for m in b.contains])
+            causes = {b.id: await batch_repo.causes_of(s, queue=q, batch_id=b.id,
+                                                       request_ids=b.contains)
+                      for b in todo}
+            # Every batch already in flight is ahead of these in the queue.
             kept, details_memo = self._memos(q)
             in_flight = await batch_repo.list_kept(s, queue=q, states=IN_FLIGHT,
                                                    kept=kept)
             known = self._files_in_flight(q, in_flight)
             details = await change_repo.details_for(
-                s, queue=q, request_ids=[*batch.contains, *(
+                s, queue=q, request_ids=[*(m for b in todo for m in b.contains), *(
                     m for b in in_flight if (b.id, b.contains) not in known
                     for m in b.contains)],
                 memo=details_memo)
-        # A bisection part's members are ``batched`` already (by the failed batch).
-        part = any(batching.parent_of(q, c) for c in causes)
-        ready = RequestState.BATCHED if part else RequestState.VALIDATED
-        live = tuple(m for m in batch.contains
-                     if members.get(m) is not None and members[m].state is ready)
+        enrolled: list[Batch] = []
+        for b in todo:
+            if b is not batch:
+                live = self._live(b, members, causes[b.id])
+                if not live:
+                    continue  # abandoned (its own delivery says so): never in flight
+                if len(live) < len(b.contains) or await self._forming(b):
+                    break  # a member left, or it still takes requests: its own delivery
+            try:
+                created = await self._enrol(b, _Read(members, causes[b.id], in_flight,
+                                                     known, details))
+            except VersionMismatch:
+                if b is batch:
+                    raise  # the retry classifies again
+                break  # changed since the read (a cancel): left to its own delivery
+            if created is not None:
+                in_flight.append(created)
+                enrolled.append(created)
+        return enrolled
+
+    async def _enrol(self, batch: Batch, read: _Read) -> Batch | None:
+        q = batch.queue
+        members, in_flight, known, details = \
+            read.members, read.in_flight, read.known, read.details
+        live = self._live(batch, members, read.causes)
         if not live:
-            log.info("batch abandoned: no member is %s any more", ready.value,
+            log.info("batch abandoned: no member is ready any more",
                      extra={"batch_id": batch.id})
             return None
         dropped = [m for m in batch.contains if m not in live]
@@ -172,6 +217,16 @@ class DependencyAnalysisController(StageController):
             await batch_repo.update(s, old=batch, new=created, now_ms=now)
             await outbox.logs(self._batched(created, at_ms=created.updated_at_ms))
         return created
+
+    @staticmethod
+    def _live(batch: Batch, members: dict[str, LandRequest], causes: list[str]
+              ) -> tuple[str, ...]:
+        """The members ready to enrol: ``validated``, or ``batched`` in a bisection part
+        (by the failed batch it splits)."""
+        part = any(batching.parent_of(batch.queue, c) for c in causes)
+        ready = RequestState.BATCHED if part else RequestState.VALIDATED
+        return tuple(m for m in batch.contains
+                     if members.get(m) is not None and members[m].state is ready)
 
     def _files_in_flight(self, queue: str, in_flight: list[Batch]
                          ) -> dict[tuple[str, tuple[str, ...]], BatchChanges]:

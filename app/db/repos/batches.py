@@ -191,6 +191,18 @@ async def newest_creating(session: AsyncSession, *, queue: str) -> Batch | None:
     return found[-1] if found else None
 
 
+async def creating_after(session: AsyncSession, *, queue: str, than: str,
+                         limit: int) -> list[Batch]:
+    """Up to ``limit`` of the queue's ``creating`` batches numbered above ``than``,
+    lowest first."""
+    n = batch_number(than)
+    rows = await session.execute(_BY_STATES, {"queue": queue,
+                                              "state": [BatchState.CREATING.value]})
+    newer = sorted((batch_from_row(r) for r in rows if batch_number(r.id) > n),
+                   key=lambda b: batch_number(b.id))
+    return newer[:limit]
+
+
 async def newer_creating(session: AsyncSession, *, queue: str, than: str) -> bool:
     """Whether a ``creating`` batch newer than ``than`` exists in the queue."""
     rows = await session.execute(sa.select(t.c.id).where(

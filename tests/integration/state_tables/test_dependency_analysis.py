@@ -197,6 +197,53 @@ FORMING = ("batch ``creating`` of new requests still forming: ``batching.max_siz
 WAITS = BatchingConfig(max_size=4, max_wait_ms=120_000)  # batch 5 has 60 s left
 REPLAYS = "batch ``speculating`` / ``merging`` / ``cancelling``"
 
+BEHIND = "batch ``creating`` as above, newer ``creating`` batches behind it"
+
+
+def behind(*waiting: tuple[int, RequestState, str], left: int = 0) -> Seed:
+    """``world`` (batch 5 ``creating``, batch 1 speculating on ``a/x.py`` ahead), and
+    behind batch 5 the ``creating`` batches ``n``, each holding request ``n`` in its
+    state and changing the file named; batch ``left`` also holds request 9, which a
+    cancel halted."""
+    base = world(BatchState.CREATING, ahead=((SP, "a/x.py"),))
+
+    async def seed(rig: Rig) -> None:
+        await base(rig)
+        rig.broker.now_ms = T0
+        for n, st, file in waiting:
+            req = await rig.request(n, st, version=2)
+            await claim_files(rig, n, file)
+            extra = [await rig.request(9, RequestState.CANCELLING)] if n == left else []
+            await rig.batch(n, BatchState.CREATING, [req, *extra])
+        rig.broker.now_ms = NOW_MS
+    return seed
+
+
+def enrolled_behind(created: dict[int, list[int]], creating: Sequence[int] = ()) -> Check:
+    """Batch 5 enrolled (depending on batch 1), and behind it the ``created`` batches
+    with their dependencies and the ``creating`` ones left alone (their wake-ups are
+    the row's ``published``)."""
+    async def check(rig: Rig) -> None:
+        await enrolled(1)(rig)
+        for n, deps in created.items():
+            b = await rig.get_batch(n)
+            assert (b.state, list(b.dependencies)) == (
+                BatchState.CREATED, [batch_id(d) for d in deps])
+            assert (await rig.get_request(n)).state is RequestState.BATCHED
+        for n in creating:
+            assert (await rig.get_batch(n)).state is BatchState.CREATING
+    return check
+
+
+def logged_behind(*enrolled_ns: int, woken: bool = True) -> list[tuple[str, str, str]]:
+    """``woken`` false: what a redelivery after a crash before the wake-ups repairs
+    alone (the batches enrolled ahead are woken by their own deliveries' replays)."""
+    logs = [("log", f"demo/{n}", f"demo/{n}/batched/{B}") for n in (5, 6)]
+    logs += [("log", f"demo/{n}", f"demo/{n}/batched/{batch_id(n)}") for n in enrolled_ns]
+    return [*logs, ("speculate", "demo", B),
+            *(("speculate", "demo", batch_id(n)) for n in enrolled_ns if woken)]
+
+
 TABLE = StateTable(dependency_analysis, [
     Case(ENROL, world(BatchState.CREATING), MSG, name="alone", published=logged(),
          check=both(enrolled(), analysed())),
@@ -218,6 +265,18 @@ TABLE = StateTable(dependency_analysis, [
            check=enrolled(members=(5,)))
       for m in [(RequestState.CANCELLING, 3), (RequestState.ERROR, 3),
                 (RequestState.STARTED, 1), (RequestState.BATCHED, 3), None]],
+    # Batch 7 shares ``a/`` with batches 1 and 5; batch 8 touches nothing in flight.
+    Case(BEHIND, behind((7, V, "a/q.py"), (8, V, "z/r.py")), MSG,
+         name="enrolled-on-one-read", published=logged_behind(7, 8),
+         repaired_as={"speculate": logged_behind(7, 8, woken=False)},
+         check=enrolled_behind({7: [1, 5], 8: []})),
+    Case(BEHIND, behind((7, RequestState.CANCELLED, "a/q.py"), (8, V, "a/r.py")), MSG,
+         name="an-abandoned-one-is-skipped", published=logged_behind(8),
+         repaired_as={"speculate": logged_behind(8, woken=False)},
+         check=enrolled_behind({8: [1, 5]}, creating=[7])),
+    Case(BEHIND, behind((7, V, "a/q.py"), (8, V, "z/r.py"), left=7), MSG,
+         name="stops-at-one-a-member-left", published=logged_behind(),
+         check=enrolled_behind({}, creating=[7, 8])),
     Case(ABANDON, world(BatchState.CREATING, ((RequestState.CANCELLED, 3), None)), MSG,
          name="none-ready", published=[], writes_nothing=True, check=untouched()),
     # A bisection part's members are ``batched`` already; a ``validated`` one is not its.
@@ -288,3 +347,22 @@ async def test_a_batch_in_flight_has_its_files_read_once_per_process(rig: Rig) -
     assert asked == [["demo/7"]]
     seven = await rig.get_batch(7)
     assert seven.state is BatchState.CREATED and set(seven.dependencies) == {batch_id(2), B}
+
+
+async def test_batches_waiting_behind_are_enrolled_on_one_read_of_the_queue(rig: Rig) -> None:
+    """A backlog of ``creating`` batches costs one read of the batches in flight per
+    pass, not one per batch: the queue's depth is paid once for up to ``ENROL_AHEAD``."""
+    await behind((7, V, "a/q.py"), (8, V, "z/r.py"))(rig)
+    reads = 0
+    real = batch_repo.list_kept
+
+    async def spy(session: Any, **kwargs: Any) -> Any:
+        nonlocal reads
+        reads += 1
+        return await real(session, **kwargs)
+
+    with mock.patch.object(batch_repo, "list_kept", new=spy):
+        await DependencyAnalysisController(rig.deps).process(
+            FakeDelivery("dependency_analysis", MSG))
+    assert reads == 1
+    assert [(await rig.get_batch(n)).state for n in (5, 7, 8)] == [BatchState.CREATED] * 3
