@@ -25,6 +25,7 @@ Every path is yielded exactly once.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -59,6 +60,19 @@ def probabilities(deps: Iterable[str], score: Callable[[str], float]) -> dict[st
         except Exception:
             out[dep] = DEFAULT_PROBABILITY
     return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _log_kept(p: object) -> float:
+    return math.log(sanitize(p))
+
+
+def log_probability(p: object) -> float:
+    """``ln(sanitize(p))``, kept per value (a deep queue's heads share a few)."""
+    try:
+        return _log_kept(p)
+    except TypeError:  # unhashable: not kept
+        return math.log(sanitize(p))
 
 
 Key = tuple[str, frozenset[str]]
@@ -121,6 +135,20 @@ def _dep(r: Resolution, prob: object) -> _Dep:
     pref, opp = (p, 1.0 - p) if p >= 0.5 else (1.0 - p, p)
     return _Dep(Assumption.SUCCEEDS if p >= 0.5 else Assumption.FAILS, False, p,
                 math.log(pref), math.log(pref) - math.log(opp))
+
+
+@functools.lru_cache(maxsize=4096)
+def _dep_kept(r: Resolution, prob: object) -> _Dep:
+    return _dep(r, prob)
+
+
+def _dep_for(r: Resolution, prob: object) -> _Dep:
+    """``_dep``, kept per (resolution, probability): a deep queue's dependencies share
+    a few probabilities, and every plan would otherwise work each one out again."""
+    try:
+        return _dep_kept(r, prob)
+    except TypeError:  # an unhashable probability (the scorer's mistake): not kept
+        return _dep(r, prob)
 
 
 class _Table:
@@ -274,8 +302,8 @@ class Generator:
         if any(w > 0 or math.isnan(w) for w in weights.values()):
             raise ValueError("alternative weights are log-probabilities: <= 0")
         named = set().union(*(h.dependencies for h in heads))
-        table = _Table({d: _dep(res.get(d, Resolution.UNRESOLVED),
-                                probs.get(d, DEFAULT_PROBABILITY)) for d in named})
+        table = _Table({d: _dep_for(res.get(d, Resolution.UNRESOLVED),
+                                    probs.get(d, DEFAULT_PROBABILITY)) for d in named})
         self._plans = [_HeadPlan(h, table, weights.get(h.id, 0.0)) for h in heads]
         self._index = {p.head.id: i for i, p in reversed(list(enumerate(self._plans)))}
 

@@ -60,7 +60,7 @@ from app.speculation.complements import complements
 from app.speculation.core import Resolution
 from app.speculation.coverage import CoveragePolicy, Progress, combos, cover, remaining_ms
 from app.speculation.evidence import EvidencePolicy, hedge_weights, refine
-from app.speculation.generator import DEFAULT_PROBABILITY, Generator, sanitize
+from app.speculation.generator import DEFAULT_PROBABILITY, Generator, log_probability
 from app.speculation.invariants import PlanInvariantError, check
 from app.speculation.plans import Decision, Plan, PlanInput
 from app.speculation.priority import overtaking
@@ -233,7 +233,7 @@ class _Run:
             return
         inp = self.inp
         probs = self.probabilities()
-        weights = {h.id: math.log(sanitize(probs.get(h.id, DEFAULT_PROBABILITY)))
+        weights = {h.id: log_probability(probs.get(h.id, DEFAULT_PROBABILITY))
                    for h in heads} if inp.weigh_alternatives else None
         gen = Generator(heads, self.res, probs, weights)
         floor = math.log(inp.min_probability) if inp.min_probability > 0 else -math.inf

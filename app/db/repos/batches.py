@@ -106,7 +106,7 @@ async def list_kept(session: AsyncSession, *, queue: str, states: Sequence[Batch
     it is now."""
     wanted = [s.value for s in states]
     rows = await session.execute(_STAMPS_BY_STATES, {"queue": queue, "state": wanted})
-    stamps = {r.id: (r.version, r.updated_at_ms) for r in rows}
+    stamps = {bid: (version, at) for bid, version, at in rows}
     stale = kept.stale(stamps)
     found: Iterable[Any] = []
     if 2 * len(stale) > len(stamps):  # most changed (a first read): read them all at once

@@ -56,7 +56,7 @@ async def path_sets_kept(session: AsyncSession, *, queue: str, heads: Iterable[s
         kept.keep({}, {})
         return out
     rows = await session.execute(_PATH_SET_VERSIONS, {"queue": queue, "head": wanted})
-    stamps = {r.head: r.version for r in rows}
+    stamps: dict[Any, Any] = dict(rows.all())
     stale = kept.stale(stamps)
     found: Iterable[Any] = await session.execute(
         _PATH_SETS, {"queue": queue, "head": stale}) if stale else []
