@@ -32,7 +32,7 @@ from app.controllers.speculate import DEFAULT_MEAN_BUILD_MS, DURATION_WEIGHT
 from app.domain import batching as batch_rules
 from app.domain.entities import Batch, PathEntry, SpeculationPath
 from app.domain.states import BatchState, PathStatus
-from app.speculation import core, vindication
+from app.speculation import core, doom, vindication
 from app.speculation.allocator import AllocatorName
 from app.speculation.coverage import CoveragePolicy
 from app.speculation.evidence import EvidencePolicy
@@ -331,10 +331,20 @@ class _Sim:
                for b in h.dependencies}
         free = self.w.point.budget - sum(1 for h in self.active
                                          for e in self.entries.get(h, ()) if e.status.live)
+        # the planner cancelled the doomed paths (app/speculation/doom.py): not refunded
+        failed = doom.failed_paths(self.entries)
+        deps = {h: b.dependencies for h, b in self.batches.items()}
+        res.update({h: core.resolution(self.batches[h].state) for h in self.active})
         if self.cfg.funding == "likely":
-            live = {h: self.entries[h] for h in self.active if h in self.entries}
-            for path in core.sticky_fund(heads, live, res, self.w.point.budget):
+            for h in heads:
+                path = core.likely_path(h, res)
+                if free <= 0:
+                    return
+                if any(e.id == path.id for e in self.entries.get(h.id, ())) or \
+                        doom.doomed(path, failed, res, deps):
+                    continue
                 self.start(path, t)
+                free -= 1
             return
         gen = Generator(heads, res, self.probs)
         for h in heads:
@@ -342,7 +352,7 @@ class _Sim:
                 return
             stored = {e.id for e in self.entries.get(h.id, ())}
             for cand in gen.head_paths(h.id):
-                if cand.path.id in stored:
+                if cand.path.id in stored or doom.doomed(cand.path, failed, res, deps):
                     continue
                 self.start(cand.path, t)
                 free -= 1

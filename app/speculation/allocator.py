@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -180,12 +180,18 @@ def _first(generator: Generator, e: PathEntry) -> bool:
 def allocate(kind: AllocatorName, generator: Generator,
              entries: Mapping[str, Sequence[PathEntry]], budget: int, *,
              floor: float = -math.inf, ranks: Mapping[str, int] | None = None,
+             skip: Callable[[SpeculationPath], bool] | None = None,
              ) -> list[Proposal]:
     """Run the named allocator (a queue's configuration picks one). Paths scoring below
     ``floor`` (a log-probability) are not funded, but for each head's most likely one.
     ``ranks`` (head id -> ``Priority.rank``): the most likely path of each head of a
-    higher priority is funded before anything else (:func:`prioritized`)."""
-    stream = prioritized(generator, bounded(generator, floor), ranks)
+    higher priority is funded before anything else (:func:`prioritized`). ``skip``:
+    paths never funded (the planner's doomed ones, :mod:`app.speculation.doom`); they
+    are left out of the stream, so the preempting allocator does not count them
+    either."""
+    stream: Iterable[Candidate] = prioritized(generator, bounded(generator, floor), ranks)
+    if skip is not None:
+        stream = (c for c in stream if not skip(c.path))
     if kind == "sticky":
         return sticky(generator, entries, budget, stream=stream)
     if kind == "preempting":

@@ -30,10 +30,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import NoReturn
 
-from app.domain.entities import PathEntry
+from app.domain.entities import PathEntry, SpeculationPath
 from app.domain.errors import PlanError
 from app.domain.states import BatchState, PathStatus
-from app.speculation import core
+from app.speculation import core, doom
 from app.speculation.core import Resolution
 from app.speculation.plans import Plan, PlanInput
 
@@ -63,6 +63,7 @@ def check(inp: PlanInput, out: Plan, *, preempted: set[str]) -> None:
     if inp.allocator == "sticky" and preempted:
         owners = [h for h, es in inp.entries.items() for e in es if e.id in preempted]
         _fail("the sticky allocator preempted a funded path", *owners)
+    failed = {} if inp.vindication_depth > 0 else doom.failed_paths(inp.entries)
     for head, es in inp.entries.items():
         b = inp.batches.get(head)
         if b is None or b.state is not BatchState.SPECULATING or head in decided:
@@ -70,10 +71,18 @@ def check(inp: PlanInput, out: Plan, *, preempted: set[str]) -> None:
         now = {e.id: e for e in after[head]}
         for e in es:
             keeps = e.status.live and not core.broken(e.path, res) and \
-                e.path.names == deps[head]
+                e.path.names == deps[head] and not _doomed(e.path, failed, res, deps, inp)
             if keeps and now[e.id].status is not e.status and e.id not in preempted:
                 _fail(f"funded path {e.id[:12]} of {head} lost its slot without a reason",
                       head)
+
+
+def _doomed(path: SpeculationPath, failed: doom.Failed, res: Mapping[str, Resolution],
+            deps: Mapping[str, tuple[str, ...]], inp: PlanInput) -> bool:
+    """A doomed path may lose its slot (the planner judged it under the dependency lists
+    of the moment: the input's, or the plan's grown ones)."""
+    before = {bid: b.dependencies for bid, b in inp.batches.items()}
+    return doom.doomed(path, failed, res, deps) or doom.doomed(path, failed, res, before)
 
 
 def _check_budget(inp: PlanInput, out: Plan, after: Mapping[str, Sequence[PathEntry]]) -> None:

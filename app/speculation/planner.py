@@ -16,7 +16,9 @@ invalidates every older path of the overtaken batch).
    depends on it) before anything is decided (:func:`app.speculation.priority.overtaking`);
    the overtaken batches' paths no longer match their dependency lists and are rebuilt.
 1. **Finalize** (facts), repeated until a pass decides nothing, heads in queue order:
-   cancel live paths that are invalid or broken (a settled dependency contradicts them);
+   cancel live paths that are invalid, broken (a settled dependency contradicts them)
+   or doomed (they rely on a dependency's path that already failed; see
+   :mod:`app.speculation.doom`: such a build can never land anything);
    **merge** when a valid passed path is settled (:func:`core.decide`), cancelling the
    head's live siblings; **fail** when every dependency is settled and every valid,
    unbroken path failed (at least one), unless a dependent's build that contains a
@@ -37,7 +39,8 @@ invalidates every older path of the overtaken batch).
    The named allocator spends the budget (``sticky`` never cancels a funded path;
    ``preempting`` may), funding the most likely path of every ``high``/``hotfix`` head
    first (highest priority first; :func:`app.speculation.allocator.prioritized`). A path
-   with a verdict is never built again; a cancelled one may be, as its next attempt
+   with a verdict is never built again, nor is a doomed one; a cancelled one may be, as
+   its next attempt
    (:mod:`app.speculation.allocator` says why). With
    ``coverage.complements``, up to ``complement_slots`` of the slots still free after
    that go to the complementary paths of heads that could then merge on coverage
@@ -54,7 +57,7 @@ from dataclasses import replace
 
 from app.domain.entities import Batch, PathEntry, SpeculationPath
 from app.domain.states import Assumption, BatchState, PathStatus
-from app.speculation import core, vindication
+from app.speculation import core, doom, vindication
 from app.speculation.allocator import Proposal, allocate, live_slots
 from app.speculation.complements import complements
 from app.speculation.core import Resolution
@@ -107,6 +110,10 @@ class _Run:
         self.deps.update(self.grown)
         self.builds: list[SpeculationPath] = []
         self.rebuilds = 0
+        # failed paths make the paths that rely on them doomed (app.speculation.doom),
+        # unless vindication may reopen them
+        self.failed: doom.Failed = {} if inp.vindication_depth > 0 else \
+            doom.failed_paths(self.entries)
 
     # -- helpers ---------------------------------------------------------------
     def valid(self, head: str, e: PathEntry) -> bool:
@@ -115,6 +122,9 @@ class _Run:
 
     def usable(self, head: str, e: PathEntry) -> bool:
         return self.valid(head, e) and not core.broken(e.path, self.res)
+
+    def doomed(self, path: SpeculationPath) -> bool:
+        return doom.doomed(path, self.failed, self.res, self.deps)
 
     def _cancel(self, head: str, doomed: Callable[[PathEntry], bool]) -> None:
         es = self.entries.get(head, [])
@@ -138,7 +148,7 @@ class _Run:
                     progress = self._finalize(head.id) or progress
 
     def _finalize(self, head: str) -> bool:
-        self._cancel(head, lambda e: not self.usable(head, e))
+        self._cancel(head, lambda e: not self.usable(head, e) or self.doomed(e.path))
         valid = [e for e in self.entries.get(head, []) if self.valid(head, e)]
         verdict = core.decide(self.batch(head), valid, self.res)
         if verdict.kind == "merge":
@@ -239,7 +249,7 @@ class _Run:
         floor = math.log(inp.min_probability) if inp.min_probability > 0 else -math.inf
         ranks = {h.id: h.priority.rank for h in heads if h.priority.rank}
         self._apply(allocate(inp.allocator, gen, self.entries, inp.budget, floor=floor,
-                             ranks=ranks))
+                             ranks=ranks, skip=self.doomed if self.failed else None))
         policy = inp.coverage
         if policy is not None and policy.complements:
             extra = complements(heads, self.entries, self.res, self.merging, policy,

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from app.domain.entities import Batch, ChangeDetails, ChangedFile, PathEntry, SpeculationPath
 from app.domain.states import Assumption, BatchState, PathStatus
-from app.speculation import core
+from app.speculation import core, doom
 from app.speculation.allocator import Proposal, allocate, preempting, sticky
 from app.speculation.core import NO_PATH_PASSED, Resolution
 from app.speculation.generator import DEFAULT_PROBABILITY, Generator, probabilities, sanitize
@@ -630,8 +630,11 @@ def test_random_snapshots_keep_every_invariant(d: dict) -> None:  # type: ignore
             res = {k: core.resolution(v.state) for k, v in inp.batches.items()}
             res.update({x.head: Resolution.FAILED for x in out.decisions if x.kind == "fail"})
             valid = tuple(dep for dep, _ in before[pid].path.dependencies) == deps
+            deps_now = {k: out.dependencies.get(k, v.dependencies)
+                        for k, v in inp.batches.items()}
             assert head in {x.head for x in out.decisions} or not valid or \
-                core.broken(before[pid].path, res)
+                core.broken(before[pid].path, res) or \
+                doom.doomed(before[pid].path, doom.failed_paths(inp.entries), res, deps_now)
     for x in out.decisions:
         if x.bypass:  # every overtaken batch now depends on the head and rebuilds with it
             assert x.path_id in x.covering and len(x.covering) == 2 ** len(x.overtaken)
