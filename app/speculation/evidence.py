@@ -9,7 +9,11 @@ evidence about the batches they contained (the head and every dependency assumed
   being built again under ``speculation.retries``: until the retry passes, the failure
   is the evidence there is, so dependents' paths that assume the head fails get funded
   instead of waiting on the retry). Batches already vouched for
-  or landed are cleared; if one *suspect* remains it gets at most ``failed_p``; with
+  or landed are cleared, and a build containing a batch that will not land (rejected or
+  cancelled) says nothing about the others: that batch explains it (in a queue where
+  every change conflicts, the builds of the changes behind a rejected one failed with
+  it, and taking them for evidence against those changes hedged on them for nothing);
+  if one *suspect* remains it gets at most ``failed_p``; with
   several, each suspect's probability is updated by Bayes' rule, given that at least
   one of them is bad: ``p' = p (1 - q) / (1 - p q)`` where ``q`` is the probability that
   all the other suspects are good. A suspect already known to be bad "explains away"
@@ -83,6 +87,8 @@ def _evidence(entries: Mapping[str, Sequence[PathEntry]], res: Mapping[str, Reso
     failures: list[tuple[str, ...]] = []
     for e in finished:
         if e.status is PathStatus.FAILED or (e.status.live and e.retried > 0):
+            if any(res.get(b) is Resolution.FAILED for b in e.path.sides[0]):
+                continue  # explained away by a batch in it that will not land
             suspects = tuple(dict.fromkeys(
                 b for b in (e.path.head, *e.path.base) if b not in good))
             if suspects:

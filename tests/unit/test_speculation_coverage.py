@@ -199,6 +199,10 @@ def test_evidence_from_finished_builds() -> None:
     # a landed batch is no suspect
     got = refine({"y": 0.9, "a": 0.9}, two, {"a": Resolution.SUCCEEDED})
     assert got["y"] == 0.02
+    # a batch since rejected explains the failure away, even with no failed build of
+    # its own in sight (its path set is gone from the snapshot): the head keeps its prior
+    got = refine({"y": 0.9, "a": 0.9}, two, {"a": Resolution.FAILED})
+    assert got["y"] == 0.9
     with pytest.raises(ValueError):
         EvidencePolicy(passed_p=0.5, failed_p=0.6)
 
