@@ -66,7 +66,8 @@ def fundable(e: PathEntry | None) -> bool:
 
 
 def sticky(generator: Generator, entries: Mapping[str, Sequence[PathEntry]], budget: int,
-           *, stream: Iterable[Candidate] | None = None) -> list[Proposal]:
+           *, stream: Iterable[Candidate] | None = None,
+           skip: Callable[[SpeculationPath], bool] | None = None) -> list[Proposal]:
     """Fill free slots from ``stream`` (the generator's, by default), skipping paths stored live or
     with a verdict, and paths already proposed; never cancels. Pulls only as much of the
     stream as it needs, and builds only the paths it proposes."""
@@ -81,6 +82,8 @@ def sticky(generator: Generator, entries: Mapping[str, Sequence[PathEntry]], bud
         if not fundable(stored.get(key)) or key in seen:
             continue
         seen.add(key)
+        if skip is not None and skip(cand.path):  # built only when it may be funded
+            continue
         out.append(Proposal("build", cand.path))
         free -= 1
         if free <= 0:
@@ -122,7 +125,8 @@ def prioritized(generator: Generator, stream: Iterable[Candidate],
 
 def preempting(generator: Generator, entries: Mapping[str, Sequence[PathEntry]],
                budget: int, *, floor: float = -math.inf,
-               stream: Iterable[Candidate] | None = None) -> list[Proposal]:
+               stream: Iterable[Candidate] | None = None,
+               skip: Callable[[SpeculationPath], bool] | None = None) -> list[Proposal]:
     """Like :func:`sticky`, but also cancels live funded paths that fell below the funded set.
 
     The funded set is the best ``capacity`` non-terminal paths of the stream, where
@@ -147,6 +151,8 @@ def preempting(generator: Generator, entries: Mapping[str, Sequence[PathEntry]],
             e = keyed.get(cand.key)
             if e is not None and e.status.terminal and not fundable(e):
                 continue  # never rebuilt, so it cannot hold a slot
+            if skip is not None and skip(cand.path):
+                continue  # never funded: it cannot hold a slot either
             funded.append(cand)
             if len(funded) >= capacity:
                 break
@@ -189,11 +195,9 @@ def allocate(kind: AllocatorName, generator: Generator,
     paths never funded (the planner's doomed ones, :mod:`app.speculation.doom`); they
     are left out of the stream, so the preempting allocator does not count them
     either."""
-    stream: Iterable[Candidate] = prioritized(generator, bounded(generator, floor), ranks)
-    if skip is not None:
-        stream = (c for c in stream if not skip(c.path))
+    stream = prioritized(generator, bounded(generator, floor), ranks)
     if kind == "sticky":
-        return sticky(generator, entries, budget, stream=stream)
+        return sticky(generator, entries, budget, stream=stream, skip=skip)
     if kind == "preempting":
-        return preempting(generator, entries, budget, floor=floor, stream=stream)
+        return preempting(generator, entries, budget, floor=floor, stream=stream, skip=skip)
     raise ValueError(f"unknown allocator {kind!r}")
