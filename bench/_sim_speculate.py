@@ -336,15 +336,10 @@ class _Sim:
         deps = {h: b.dependencies for h, b in self.batches.items()}
         res.update({h: core.resolution(self.batches[h].state) for h in self.active})
         if self.cfg.funding == "likely":
-            for h in heads:
-                path = core.likely_path(h, res)
-                if free <= 0:
-                    return
-                if any(e.id == path.id for e in self.entries.get(h.id, ())) or \
-                        doom.doomed(path, failed, res, deps):
-                    continue
+            live = {h: self.entries[h] for h in self.active if h in self.entries}
+            for path in core.sticky_fund(heads, live, res, self.w.point.budget,
+                                         skip=lambda p: doom.doomed(p, failed, res, deps)):
                 self.start(path, t)
-                free -= 1
             return
         gen = Generator(heads, res, self.probs)
         for h in heads:

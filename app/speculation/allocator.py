@@ -192,9 +192,9 @@ def allocate(kind: AllocatorName, generator: Generator,
     ``floor`` (a log-probability) are not funded, but for each head's most likely one.
     ``ranks`` (head id -> ``Priority.rank``): the most likely path of each head of a
     higher priority is funded before anything else (:func:`prioritized`). ``skip``:
-    paths never funded (the planner's doomed ones, :mod:`app.speculation.doom`); they
-    are left out of the stream, so the preempting allocator does not count them
-    either."""
+    paths never funded (the planner's doomed ones, :mod:`app.speculation.doom`), tested
+    only for candidates that could be funded; the preempting allocator does not count
+    them in its funded set either."""
     stream = prioritized(generator, bounded(generator, floor), ranks)
     if kind == "sticky":
         return sticky(generator, entries, budget, stream=stream, skip=skip)

@@ -7,7 +7,7 @@ A *path* assumes, for each dependency of its head batch, that the dependency
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
@@ -190,8 +190,10 @@ def sticky_fund(
     entries: Mapping[str, Sequence[PathEntry]],
     res: Mapping[str, Resolution],
     budget: int,
+    skip: Callable[[SpeculationPath], bool] | None = None,
 ) -> list[SpeculationPath]:
-    """Fill free build slots, oldest head first; never preempt a funded path."""
+    """Fill free build slots, oldest head first; never preempt a funded path, never
+    fund one ``skip`` refuses."""
     funded = sum(1 for es in entries.values() for e in es if e.status.live)
     free = budget - funded
     out: list[SpeculationPath] = []
@@ -199,7 +201,8 @@ def sticky_fund(
         if free <= 0:
             break
         path = likely_path(head, res)
-        if any(e.id == path.id for e in entries.get(head.id, ())):
+        if any(e.id == path.id for e in entries.get(head.id, ())) or \
+                (skip is not None and skip(path)):
             continue
         out.append(path)
         free -= 1

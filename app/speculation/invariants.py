@@ -64,6 +64,7 @@ def check(inp: PlanInput, out: Plan, *, preempted: set[str]) -> None:
         owners = [h for h, es in inp.entries.items() for e in es if e.id in preempted]
         _fail("the sticky allocator preempted a funded path", *owners)
     failed = {} if inp.vindication_depth > 0 else doom.failed_paths(inp.entries)
+    deps_before = {bid: b.dependencies for bid, b in inp.batches.items()}
     for head, es in inp.entries.items():
         b = inp.batches.get(head)
         if b is None or b.state is not BatchState.SPECULATING or head in decided:
@@ -71,17 +72,17 @@ def check(inp: PlanInput, out: Plan, *, preempted: set[str]) -> None:
         now = {e.id: e for e in after[head]}
         for e in es:
             keeps = e.status.live and not core.broken(e.path, res) and \
-                e.path.names == deps[head] and not _doomed(e.path, failed, res, deps, inp)
+                e.path.names == deps[head] and not _doomed(e.path, failed, res, deps, deps_before)
             if keeps and now[e.id].status is not e.status and e.id not in preempted:
                 _fail(f"funded path {e.id[:12]} of {head} lost its slot without a reason",
                       head)
 
 
 def _doomed(path: SpeculationPath, failed: doom.Failed, res: Mapping[str, Resolution],
-            deps: Mapping[str, tuple[str, ...]], inp: PlanInput) -> bool:
+            deps: Mapping[str, tuple[str, ...]], before: Mapping[str, tuple[str, ...]],
+            ) -> bool:
     """A doomed path may lose its slot (the planner judged it under the dependency lists
-    of the moment: the input's, or the plan's grown ones)."""
-    before = {bid: b.dependencies for bid, b in inp.batches.items()}
+    of the moment: the input's, ``before``, or the plan's grown ones, ``deps``)."""
     return doom.doomed(path, failed, res, deps) or doom.doomed(path, failed, res, before)
 
 
