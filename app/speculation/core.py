@@ -22,12 +22,21 @@ class Resolution(StrEnum):
     UNRESOLVED = "unresolved"
 
 
-def resolution(state: BatchState) -> Resolution:
+def _resolution(state: BatchState) -> Resolution:
     if state is BatchState.SUCCEEDED:
         return Resolution.SUCCEEDED
     if state in (BatchState.FAILED, BatchState.CANCELLED):
         return Resolution.FAILED
     return Resolution.UNRESOLVED
+
+
+_RESOLUTIONS = {state: _resolution(state) for state in BatchState}
+
+
+def resolution(state: BatchState) -> Resolution:
+    """How a batch in ``state`` resolved (a table lookup: a deep queue's plan asks it for
+    every batch)."""
+    return _RESOLUTIONS[state]
 
 
 class Facts(dict[str, Resolution]):

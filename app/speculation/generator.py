@@ -41,6 +41,8 @@ _NONE: frozenset[str] = frozenset()
 
 def sanitize(p: object) -> float:
     """A usable success probability: a real number strictly inside (0, 1), else 0.95."""
+    if type(p) is float:  # the common case, first (NaN fails the comparison too)
+        return p if 0.0 < p < 1.0 else DEFAULT_PROBABILITY
     if isinstance(p, bool) or not isinstance(p, int | float):
         return DEFAULT_PROBABILITY
     value = float(p)
@@ -308,17 +310,25 @@ class Generator:
         self._index = {p.head.id: i for i, p in reversed(list(enumerate(self._plans)))}
 
     def __iter__(self) -> Iterator[Candidate]:
-        streams = [plan.enumerate(i) for i, plan in enumerate(self._plans)]
-        heap: list[tuple[float, int, int, tuple[int, ...], Candidate]] = []
-        for stream in streams:
-            self._push(heap, stream)
+        # Every head's most likely path enters the heap as a bare entry (one heapify, no
+        # stream per head); a head's stream is started only once that path was taken.
+        # A head has one entry in the heap at a time, so entries never tie past the
+        # head index and the order is the module doc's.
+        heap: list[tuple[float, int, int, tuple[int, ...], Candidate | None]] = [
+            (-plan.base, 0, i, (), None) for i, plan in enumerate(self._plans)]
+        heapq.heapify(heap)
+        streams: dict[int, Iterator[Candidate]] = {}
         while heap:
-            *_, cand = heapq.heappop(heap)
+            neg, _, i, _, cand = heapq.heappop(heap)
+            if cand is None:
+                cand = Candidate(self._plans[i], -neg, (), i)
+                stream = streams[i] = self._plans[i].enumerate(i)
+                next(stream)  # its first is the path just taken
             yield cand
-            self._push(heap, streams[cand.head_index])
+            self._push(heap, streams[i])
 
     @staticmethod
-    def _push(heap: list[tuple[float, int, int, tuple[int, ...], Candidate]],
+    def _push(heap: list[tuple[float, int, int, tuple[int, ...], Candidate | None]],
               stream: Iterator[Candidate]) -> None:
         cand = next(stream, None)
         if cand is not None:

@@ -148,6 +148,8 @@ class _Run:
                     progress = self._finalize(head.id) or progress
 
     def _finalize(self, head: str) -> bool:
+        if not self.entries.get(head):
+            return False  # no path: nothing to cancel, merge on, fail or cover with
         self._cancel(head, lambda e: not self.usable(head, e) or self.doomed(e.path))
         valid = [e for e in self.entries.get(head, []) if self.valid(head, e)]
         verdict = core.decide(self.batch(head), valid, self.res)
