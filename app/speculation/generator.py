@@ -155,13 +155,34 @@ def _dep_for(r: Resolution, prob: object) -> _Dep:
 
 class _Table:
     """The per-dependency facts of one generator, and the same as flat lookups (C-level
-    ``map`` over a head's dependency list is what keeps a deep queue's plan cheap)."""
+    ``map`` over a head's dependency list is what keeps a deep queue's plan cheap).
 
-    def __init__(self, deps: Mapping[str, _Dep]) -> None:
-        self.deps = deps
-        self.log_pref = {d: 0.0 if x.fixed else x.log_pref for d, x in deps.items()}
-        self.cost = {d: x.cost for d, x in deps.items()}
-        self.fails = frozenset(d for d, x in deps.items() if x.preferred is Assumption.FAILS)
+    It starts with every batch the resolutions or probabilities know (far fewer than a
+    deep queue's dependency edges, which a union over every head's list would walk); a
+    head naming a batch neither knows adds it (:meth:`cover`)."""
+
+    def __init__(self, res: Mapping[str, Resolution], probs: Mapping[str, float]) -> None:
+        self._res = res
+        self._probs = probs
+        self.deps: dict[str, _Dep] = {}
+        self.log_pref: dict[str, float] = {}
+        self.cost: dict[str, float] = {}
+        self.fails: set[str] = set()
+        self._add(res.keys() | probs.keys())
+
+    def _add(self, ids: Iterable[str]) -> None:
+        res, probs = self._res, self._probs
+        for d in ids:
+            x = _dep_for(res.get(d, Resolution.UNRESOLVED), probs.get(d, DEFAULT_PROBABILITY))
+            self.deps[d] = x
+            self.log_pref[d] = 0.0 if x.fixed else x.log_pref
+            self.cost[d] = x.cost
+            if x.preferred is Assumption.FAILS:
+                self.fails.add(d)
+
+    def cover(self, names: Sequence[str]) -> None:
+        """Add the batches of ``names`` not in the table yet."""
+        self._add([d for d in names if d not in self.deps])
 
 
 class _HeadPlan:
@@ -176,7 +197,11 @@ class _HeadPlan:
         self.weight = weight
         self._table = table
         # fsum is exactly rounded: the fixed dependencies' zeros change nothing
-        self.base = math.fsum(map(table.log_pref.__getitem__, head.dependencies))
+        try:
+            self.base = math.fsum(map(table.log_pref.__getitem__, head.dependencies))
+        except KeyError:  # it names a batch the table did not know
+            table.cover(head.dependencies)
+            self.base = math.fsum(map(table.log_pref.__getitem__, head.dependencies))
         self._first: tuple[float, int] | None = None  # (cost, dependency index)
         self._order: tuple[tuple[float, int], ...] | None = None
         self._dep_list: list[_Dep] | None = None
@@ -194,7 +219,8 @@ class _HeadPlan:
         """The dependencies whose preferred side is to fail."""
         if self._fails is None:
             fails = self._table.fails
-            self._fails = fails.intersection(self.head.dependencies) if fails else _NONE
+            self._fails = frozenset(fails.intersection(self.head.dependencies)) \
+                if fails else _NONE
         return self._fails
 
     @property
@@ -303,9 +329,7 @@ class Generator:
         weights = alternative_weights or {}
         if any(w > 0 or math.isnan(w) for w in weights.values()):
             raise ValueError("alternative weights are log-probabilities: <= 0")
-        named = set().union(*(h.dependencies for h in heads))
-        table = _Table({d: _dep_for(res.get(d, Resolution.UNRESOLVED),
-                                    probs.get(d, DEFAULT_PROBABILITY)) for d in named})
+        table = _Table(res, probs)
         self._plans = [_HeadPlan(h, table, weights.get(h.id, 0.0)) for h in heads]
         self._index = {p.head.id: i for i, p in reversed(list(enumerate(self._plans)))}
 

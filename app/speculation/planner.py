@@ -232,7 +232,10 @@ class _Run:
         out: dict[str, float] = {}
         mean = max(self.inp.mean_build_ms, 1.0)
         for h in self.heads:
-            ends = [e.updated_at_ms + mean - self.inp.now_ms for e in self.entries.get(h.id, ())
+            es = self.entries.get(h.id)
+            if not es:
+                continue
+            ends = [e.updated_at_ms + mean - self.inp.now_ms for e in es
                     if e.status in (PathStatus.PENDING, PathStatus.BUILDING)
                     and self.usable(h.id, e)]
             if ends:
