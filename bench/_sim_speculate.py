@@ -30,6 +30,7 @@ from typing import Literal
 
 from app.controllers.speculate import DEFAULT_MEAN_BUILD_MS, DURATION_WEIGHT
 from app.domain import batching as batch_rules
+from app.domain import second_chance
 from app.domain.entities import Batch, PathEntry, SpeculationPath
 from app.domain.states import BatchState, PathStatus
 from app.speculation import core, doom, vindication
@@ -80,6 +81,10 @@ class SpecConfig:
     # lanes: a change joins the forming batch only when it conflicts with one of its
     # changes (it would depend on that batch anyway); otherwise that batch closes
     lanes: bool = False
+    # speculation.second_chance: a change whose batch of one failed goes once more to the
+    # back of the queue, as a new batch of P(lands) second_chance.PROBABILITY, while the
+    # queue's second chances pass often enough (app/domain/second_chance.py)
+    second_chance: bool = False
 
 
 def bid(i: int) -> str:
@@ -112,6 +117,8 @@ class _Sim:
         self.outcomes: deque[bool] = deque(maxlen=batch_rules.RECENT_OUTCOMES)
         self.parts_of: dict[str, list[str]] = {}  # a bisected batch's parts, in order
         self.inferred = 0  # last parts failed without a build (skip_last)
+        self.second: dict[str, None] = {}  # the batches minted as a second chance
+        self.second_outcomes: list[bool] = []  # whether each ended one landed
 
     # -- events ----------------------------------------------------------------
     def run(self) -> Recorder:
@@ -238,9 +245,17 @@ class _Sim:
 
     def _failed(self, head: str, t: int) -> None:
         """``head`` failed: bisected when it holds several changes (its parts go on at
-        the back of the queue), else its change is rejected."""
+        the back of the queue), else its change gets its second chance or is rejected."""
         members = self.members[head]
-        if len(members) > 1:
+        if head in self.second:
+            self.second_outcomes.append(False)
+        if self.cfg.second_chance and second_chance.deserved(
+                members=len(members), chance=int(head in self.second), build_failed=True,
+                outcomes=self.second_outcomes, batch_id=head):
+            self.second[bid(self.minted)] = None
+            self.add_batch(members, t)
+            self.probs[bid(self.minted - 1)] = second_chance.PROBABILITY
+        elif len(members) > 1:
             ways = max(2, self.w.point.budget // 2)
             self.parts_of[head] = []
             for part in batch_rules.split([str(m) for m in members], ways=ways):
@@ -304,6 +319,8 @@ class _Sim:
             assert dec.path_id is not None
             self.rec.land(list(self.members[dec.head]), self.build_of[dec.path_id], t)
             self.outcomes.append(True)
+            if dec.head in self.second:
+                self.second_outcomes.append(True)
             self.batches[dec.head] = replace(self.batches[dec.head], state=BatchState.SUCCEEDED)
         for path in p.builds:
             self.start(path, t)

@@ -32,6 +32,10 @@ Strategies (``bench/_sim_baselines.py``, ``bench/_sim_speculate.py``):
   10 % only, timed hedges), its ``build_budget`` set to the point's CI capacity;
 - ``default+retry``: ``default`` with ``speculation: {retries: 1}``;
 - ``default+vindicate``: ``default`` with ``speculation: {vindication_depth: 1}``;
+- ``default+second-chance``: ``default`` where a change whose batch of one failed goes
+  to the back of the queue once more (its P(lands) 0.1), as long as the queue's second
+  chances so far pass often enough (a policy the app does not have yet: measured to
+  decide whether to build it);
 - ``default+batch`` / ``default+batch-aimd``: ``default`` with ``batching: {max_size:
   <the point's batch>, max_wait_ms: T/4}`` (and ``adaptive: true``): multi-request
   batches, a failed one bisected (``bench/_sim_speculate.py``);
@@ -109,6 +113,10 @@ STRATEGIES: dict[str, Strategy] = {
     # build contains is built once more; a failed head waits for such running builds)
     "default+vindicate": _spec(SpecConfig(scorer="fixed", fixed_p=0.9, mean_build="ewma",
                                           vindication=1)),
+    # speculation: {second_chance: true}: a change whose batch of one failed goes to the
+    # back once more, while the queue's second chances pass often enough
+    "default+second-chance": _spec(SpecConfig(scorer="fixed", fixed_p=0.9, mean_build="ewma",
+                                              second_chance=True)),
     # the same with batching: {max_size: <the point's batch>, max_wait_ms: T/4} (a
     # failed batch of several is bisected), and with adaptive: true (AIMD size)
     "default+batch": _spec(SpecConfig(scorer="fixed", fixed_p=0.9, mean_build="ewma",

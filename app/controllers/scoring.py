@@ -2,7 +2,8 @@
 
 * ``probabilities``: P(batch lands) for each unresolved batch, from the change
   details the provider reported for its member requests (cached per batch: a batch's
-  changes never change).
+  changes never change); a batch on its second chance (``chance`` 1) gets at most
+  ``second_chance.PROBABILITY``, as it just failed (``app/domain/second_chance.py``).
 * ``learn``: feed every build that reached a verdict since the last run to the
   queue's history scorer(s), if it has any (``app.speculation.scoring``). On the first
   run of a queue in this process the scorer is warmed up from the queue's latest
@@ -20,6 +21,7 @@ from app.controllers.common import Deps
 from app.db.repos import batches as batch_repo
 from app.db.repos import changes as change_repo
 from app.db.repos import speculation as spec_repo
+from app.domain import second_chance
 from app.domain.entities import Batch, ChangeDetails, PathEntry
 from app.domain.states import BuildStatus, PathStatus
 from app.speculation.generator import DEFAULT_PROBABILITY, sanitize
@@ -61,6 +63,8 @@ class QueueScoring:
             except Exception:  # a scorer's bug must not stop the queue
                 log.warning("scorer failed; using the default", extra={"batch_id": b.id})
                 out[b.id] = DEFAULT_PROBABILITY
+            if b.chance:  # it just failed: what stands behind it assumes it fails again
+                out[b.id] = min(out[b.id], second_chance.PROBABILITY)
         return out
 
     async def learn(self, queue: str, finished: Sequence[PathEntry],

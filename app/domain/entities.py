@@ -98,6 +98,9 @@ class Batch:
     # ``app/speculation/priority.py``)
     priority: Priority = Priority.NORMAL
     overtakes: tuple[str, ...] = ()
+    # 1: minted for a request whose batch of one failed (its second chance,
+    # ``app/domain/second_chance.py``); 0 otherwise
+    chance: int = 0
 
 
 @dataclass(frozen=True, slots=True)

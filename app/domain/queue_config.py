@@ -293,6 +293,9 @@ class SpeculationConfig(_Cfg):
     not removed while such a build runs, and when one passed, its failed path is built
     once more (``flake_suspected``; it lands only if that build passes). 0 (the default)
     turns it off; see ``app/speculation/vindication.py``.
+    ``second_chance``: a request whose batch of one failed its builds goes on once more
+    in a new batch at the back of the queue before it is removed, while the queue's
+    second chances pass often enough (false, the default; ``app/domain/second_chance.py``).
     """
 
     allocator: Literal["sticky", "preempting"] = "sticky"
@@ -305,6 +308,7 @@ class SpeculationConfig(_Cfg):
     hedge_by_time: bool = True
     retries: int = Field(default=0, ge=0, le=5)
     vindication_depth: int = Field(default=0, ge=0, le=10)
+    second_chance: bool = False
 
 
 class BatchingConfig(_Cfg):

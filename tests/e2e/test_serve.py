@@ -157,7 +157,7 @@ def test_serve_on_an_unmigrated_database_with_auto_migrate_off_says_run_db_upgra
                           env=env, capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stderr.strip()) == (2, (
         "submitqueue: the database sqlite+aiosqlite:///./var/submitqueue.db is at migration "
-        "none; this version needs 0013: run `submitqueue db upgrade` (SQ_AUTO_MIGRATE is off)"))
+        "none; this version needs 0014: run `submitqueue db upgrade` (SQ_AUTO_MIGRATE is off)"))
     assert not (tmp_path / "var").exists()  # the check created no empty database
     assert subprocess.run([sys.executable, "-m", "app.cli", "db", "upgrade"], cwd=tmp_path,
                           env=env, capture_output=True, timeout=60).returncode == 0

@@ -134,6 +134,41 @@ async def test_without_retries_a_flaky_build_fails_its_change(
 
 
 
+SECOND_CHANCE_QUEUE = fake_queue("{second_chance: %s}", budget=4, by_directory=True)
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+async def test_a_flaky_batch_lands_on_its_second_chance_and_a_bad_change_fails_twice(
+        database_url: str, tmp_path: Path) -> None:
+    (tmp_path / "queues.yaml").write_text(SECOND_CHANCE_QUEUE % "true")
+    async with serve(database_url, tmp_path) as server:
+        flaky = await server.land(change("flaky", files="x/a.py", fake="build-flaky-batch"))
+        bad = await server.land(change("bad", files="y/b.py", fake="build-fail"))
+        assert await server.wait_terminal(flaky, timeout=30) == "landed"
+        assert await server.wait_terminal(bad, timeout=30) == "error"
+        history = await server.history(flaky)
+        [second] = [e for e in history if (e.get("metadata") or {}).get("second_chance")]
+        assert second["status"] == "batching" and "second chance" in \
+            second["metadata"]["reason"], second
+        ends = [e["metadata"]["build_status"] for e in history if e.get("event") ==
+                "building" and e["metadata"]["build_status"] in ("failed", "succeeded")]
+        assert ends == ["failed", "succeeded"], history
+        summary = await server.summary(bad)
+        assert "its second chance: it failed in batch" in summary["last_error"], summary
+        bad_builds = [e for e in await server.history(bad) if e.get("event") == "building"
+                      and e["metadata"]["build_status"] == "failed"]
+        assert len(bad_builds) == 2  # its first batch's and its second chance's
+
+
+@pytest.mark.parametrize("database_url", BACKENDS[:1], indirect=True)
+async def test_without_second_chances_a_flaky_batch_fails_its_change(
+        database_url: str, tmp_path: Path) -> None:
+    (tmp_path / "queues.yaml").write_text(SECOND_CHANCE_QUEUE % "false")
+    async with serve(database_url, tmp_path) as server:
+        flaky = await server.land(change("flaky", files="x/a.py", fake="build-flaky-batch"))
+        assert await server.wait_terminal(flaky, timeout=30) == "error"
+
+
 VINDICATION_QUEUE = fake_queue("{vindication_depth: %d}", budget=4, by_directory=True)
 
 

@@ -83,6 +83,8 @@ class BatchRow(SQLModel, table=True):
     # its members' highest ``Priority`` and the batches it went ahead of (0011)
     priority: str = string(STATE, server_default="normal")
     overtakes_json: str = text(server_default="[]")
+    # 1 for a request's second chance after its batch of one failed (0014)
+    chance: int = integer(server_default=0)
 
 
 class RequestBatchRow(SQLModel, table=True):

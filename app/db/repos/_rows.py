@@ -45,6 +45,7 @@ def batch_from_row(r: Any) -> Batch:
         landed={k: tuple(v) for k, v in json.loads(r.landed_json or "{}").items()},
         priority=Priority(r.priority or Priority.NORMAL),
         overtakes=tuple(json.loads(r.overtakes_json or "[]")),
+        chance=r.chance or 0,
     )
 
 

@@ -40,7 +40,7 @@ async def create(session: AsyncSession, *, batch: Batch, now_ms: int) -> None:
         version=batch.version, failure_reason=batch.failure_reason,
         landed_json=dumps({k: list(v) for k, v in batch.landed.items()}),
         priority=batch.priority.value, overtakes_json=dumps(list(batch.overtakes)),
-        created_at_ms=now_ms, updated_at_ms=now_ms,
+        chance=batch.chance, created_at_ms=now_ms, updated_at_ms=now_ms,
     ))
     for request_id in batch.contains:
         await session.execute(insert_ignore(session, rb).values(
@@ -223,13 +223,17 @@ async def causes_of(session: AsyncSession, *, queue: str, batch_id: str,
     return sorted({r.cause for r in rows})
 
 
-async def recent_outcomes(session: AsyncSession, *, queue: str, limit: int) -> list[bool]:
+async def recent_outcomes(session: AsyncSession, *, queue: str, limit: int,
+                          chance: int | None = None) -> list[bool]:
     """Whether each of the queue's ``limit`` most recently concluded batches landed
-    (succeeded vs failed; cancelled ones are left out), oldest first."""
+    (succeeded vs failed; cancelled ones are left out), oldest first; only those of
+    that ``chance`` when one is given (1: the second chances)."""
+    where = [t.c.queue == queue,
+             t.c.state.in_([BatchState.SUCCEEDED.value, BatchState.FAILED.value])]
+    if chance is not None:
+        where.append(t.c.chance == chance)
     rows = (await session.execute(
-        sa.select(t.c.state).where(
-            t.c.queue == queue,
-            t.c.state.in_([BatchState.SUCCEEDED.value, BatchState.FAILED.value]))
+        sa.select(t.c.state).where(*where)
         .order_by(t.c.updated_at_ms.desc(), t.c.id.desc()).limit(limit))).all()
     return [r.state == BatchState.SUCCEEDED.value for r in reversed(rows)]
 

@@ -16,12 +16,13 @@ Tokens (``sq-fake=<token>``), read from every change of the request, base and he
 | ``build-lost`` | a path's first attempt ends ERRORED (as if its runner died); later ones go on |
 | ``build-flaky`` | a path's first attempt ends FAILED (a flaky test); later ones go on |
 | ``build-flaky-head`` | like ``build-flaky``, but only in a path whose head carries it |
+| ``build-flaky-batch`` | every build whose head batch is the first batch of a change carrying it ends FAILED; a later batch's go on (in memory: a restart forgets) |
 
 Precedence: ``trigger-error`` > ``build-error`` > ``build-fail``. The build takes the
 runner's ``delay_ms``, or the largest ``sq-build-ms=<n>`` among the head changes.
 Before it finishes the status is RUNNING. A build cancelled before it finished reports
 CANCELLED from then on; a cancel after it finished changes nothing.
-"""
+"""  # noqa: E501 - the table reads best unwrapped
 
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ BUILD_FAIL = "build-fail"
 BUILD_LOST = "build-lost"
 BUILD_FLAKY = "build-flaky"
 BUILD_FLAKY_HEAD = "build-flaky-head"
+BUILD_FLAKY_BATCH = "build-flaky-batch"
 
 _ID = re.compile(r"^fake-(?P<nonce>[0-9a-f]{12})-(?P<finish>[0-9]{1,16})-"
                  r"(?P<outcome>succeeded|failed|error|lost)$")
@@ -84,6 +86,7 @@ class FakeBuildRunner:
         self.delay_ms = delay_ms
         self.clock = clock
         self._cancelled: set[str] = set()
+        self._first_batch: dict[str, str] = {}  # build-flaky-batch: change -> first batch
 
     async def trigger(self, request: BuildRequest) -> str:
         all_changes = [parse_change_uri(u) for u in (*request.base_changes, *request.head_changes)]
@@ -93,6 +96,9 @@ class FakeBuildRunner:
         heads = all_changes[len(request.base_changes):]
         head_tokens: set[str] = set().union(*(c.fake_tokens for c in heads))
         first = request.attempt == 1
+        if BUILD_FLAKY_BATCH in head_tokens and self._flaky_batch(request):
+            head_tokens = head_tokens | {BUILD_FAIL}
+            tokens = tokens | {BUILD_FAIL}
         if BUILD_ERROR in tokens:
             outcome = "error"
         elif BUILD_LOST in tokens and first:
@@ -105,6 +111,15 @@ class FakeBuildRunner:
         delays = [int(c.markers["sq-build-ms"]) for c in heads if "sq-build-ms" in c.markers]
         delay = max(delays) if delays else self.delay_ms
         return str(FakeBuildId(uuid.uuid4().hex[:12], self.clock() + delay, outcome))
+
+    def _flaky_batch(self, request: BuildRequest) -> bool:
+        """The head batch is the first batch of a ``build-flaky-batch`` change seen."""
+        for uri in request.head_changes:
+            if BUILD_FLAKY_BATCH in parse_change_uri(uri).fake_tokens:
+                first = self._first_batch.setdefault(uri, request.batch_id)
+                if first == request.batch_id:
+                    return True
+        return False
 
     async def status(self, build_id: str) -> BuildReport:
         bid = FakeBuildId.parse(build_id)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from app.controllers import bisect
 from app.controllers.conclude import ConcludeController
 from app.db.repos import batches as batch_repo
+from app.domain.queue_config import SpeculationConfig
 from app.domain.states import BatchState, RequestState
 from tests.integration.state_tables.test_conclude import (
     B2,
@@ -20,7 +21,7 @@ from tests.integration.state_tables.test_conclude import (
     parts_are,
     terminal_logs,
 )
-from tests.support.controllers import Case, Rig, Seed, StateTable
+from tests.support.controllers import Case, Check, Rig, Seed, StateTable
 from tests.support.tables import table_tests
 
 FAILED = BatchState.FAILED
@@ -40,6 +41,30 @@ def split_before(seed: Seed, part: int, *members: int) -> Seed:
     return seeded
 
 
+def second_chances(seed: Seed) -> Seed:
+    """``seed`` in a queue with ``speculation.second_chance`` on."""
+    async def seeded(rig: Rig) -> None:
+        rig.configure(speculation=SpeculationConfig(second_chance=True))
+        await seed(rig)
+    return seeded
+
+
+def second_chance_is(n: int, member: int) -> Check:
+    """Batch ``n`` is request ``member``'s second chance: ``creating``, ``chance`` 1,
+    claimed under ``split:1``; the request stays ``batched`` and its log says why."""
+    async def check(rig: Rig) -> None:
+        b = await rig.get_batch(n)
+        assert (b.state, b.contains, b.chance) == (
+            BatchState.CREATING, (f"demo/{member}",), 1)
+        async with rig.db.read() as s:
+            assert await batch_repo.claimed(s, queue="demo", request_id=f"demo/{member}",
+                                            cause="split:1") == f"demo/batch/{n}"
+        assert (await rig.get_request(member)).state is RequestState.BATCHED
+        md = rig.broker.payload("log", f"demo/{member}/batching/demo/batch/{n}")["metadata"]
+        assert md["second_chance"] is True and "second chance" in md["reason"], md
+    return check
+
+
 TABLE = StateTable(bisect, [
     Case("batch ``failed`` of several members, some ``batched``, no part claimed",
          batch_of(FAILED, B2, B2, B2, B2, reason=REASON), MSG, name="four-in-two-parts",
@@ -53,6 +78,11 @@ TABLE = StateTable(bisect, [
          batch_of(BatchState.CANCELLED, C3, B2), MSG, name="one-part-of-the-rest",
          published=[*parted(2, 2), log(1, "cancelled")],
          check=parts_are((2, (2,)), failed="cancelled for another member")),
+    Case("batch ``failed`` of one ``batched`` member, ``chance`` 0, by its builds, the "
+         "queue's second chances open (``speculation.second_chance``, its last ended second "
+         "chances read in that transaction)",
+         second_chances(batch_of(FAILED, B2, reason=REASON)), MSG, name="second-chance",
+         published=parted(2, 1), check=second_chance_is(2, 1)),
     # A replay: the parts an earlier run minted are announced again, nothing is minted.
     Case("the parts claimed already (found in that transaction)",
          split_before(batch_of(FAILED, B2, B2, reason=REASON), 2, 1, 2), MSG,
