@@ -147,12 +147,12 @@ async def culprit_reason(deps: Deps, batch: Batch, reason: str) -> str:
     """``reason`` for the one member of a failed part, naming the bisection."""
     if len(batch.contains) != 1:
         return reason
-    if batch.chance:
-        return await _second_reason(deps, batch, reason)
     async with deps.db.read() as s:
-        causes = await batch_repo.causes_of(s, queue=batch.queue, batch_id=batch.id,
-                                            request_ids=batch.contains)
-        parents = [p for c in causes if (p := batching.parent_of(batch.queue, c))]
+        parents = await _parents(s, batch)
+        if batch.chance:
+            first = f"in batch {parents[0]}" if parents else "before"
+            return (f"{reason} (its second chance: it failed {first} too, so the failure "
+                    "is not taken for a flake)")
         if not parents:
             return reason
         parent = await batch_repo.get(s, queue=batch.queue, id=parents[0])
@@ -160,12 +160,8 @@ async def culprit_reason(deps: Deps, batch: Batch, reason: str) -> str:
             f"{len(parent.contains)} requests: this change failed on its own)")
 
 
-async def _second_reason(deps: Deps, batch: Batch, reason: str) -> str:
-    """``reason`` for a request whose second chance failed, naming its first failure."""
-    async with deps.db.read() as s:
-        causes = await batch_repo.causes_of(s, queue=batch.queue, batch_id=batch.id,
-                                            request_ids=batch.contains)
-    parents = [p for c in causes if (p := batching.parent_of(batch.queue, c))]
-    first = f"in batch {parents[0]}" if parents else "before"
-    return (f"{reason} (its second chance: it failed {first} too, so the failure is not "
-            "taken for a flake)")
+async def _parents(s: AsyncSession, batch: Batch) -> list[str]:
+    """The failed batches ``batch``'s members were split from (by their claims)."""
+    causes = await batch_repo.causes_of(s, queue=batch.queue, batch_id=batch.id,
+                                        request_ids=batch.contains)
+    return [p for c in causes if (p := batching.parent_of(batch.queue, c))]

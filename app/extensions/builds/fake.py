@@ -97,7 +97,6 @@ class FakeBuildRunner:
         head_tokens: set[str] = set().union(*(c.fake_tokens for c in heads))
         first = request.attempt == 1
         if BUILD_FLAKY_BATCH in head_tokens and self._flaky_batch(request):
-            head_tokens = head_tokens | {BUILD_FAIL}
             tokens = tokens | {BUILD_FAIL}
         if BUILD_ERROR in tokens:
             outcome = "error"
